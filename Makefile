@@ -1,0 +1,65 @@
+# Two commands on a fresh Debian 12 machine (as root):
+#   make demo   installs the controller environment, brings the lab up, runs site.yml on b300-lab
+#   make test   lint, unit tests, lab integration tests and every role's molecule scenario
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_ROLES_PATH := $(CURDIR)/roles
+export PYTHONPATH := $(CURDIR)
+export LAB_NAME ?= default
+# Roles with a molecule scenario, run in this order by `make test`.
+MOLECULE_ROLES ?= $(patsubst roles/%/molecule/default/molecule.yml,%,$(wildcard roles/*/molecule/default/molecule.yml))
+APT_PACKAGES := debootstrap systemd-container tinyproxy iproute2 iptables openssh-client zstd rsync aria2 curl \
+	patch python3-venv dpkg-dev
+
+.PHONY: deps venv lint unit integration molecule test demo bench lab-up lab-down lab-status clean
+
+deps: .stamps/apt
+.stamps/apt:
+	@mkdir -p .stamps
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "apt: installing$$missing"; apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+	@touch $@
+
+venv: $(BIN)/.installed
+$(BIN)/.installed: requirements.txt constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
+	@touch $@
+
+lab-up: deps venv
+	$(BIN)/python -m lab up
+lab-down: venv
+	$(BIN)/python -m lab down
+lab-status: venv
+	$(BIN)/python -m lab status
+
+lint: venv
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint -q --profile production
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+integration: deps venv
+	$(BIN)/pytest -q tests/integration
+
+molecule: deps venv
+	@for r in $(MOLECULE_ROLES); do echo "=== molecule test: $$r"; (cd roles/$$r && LAB_NAME=mol-$$r molecule test) || exit 1; done
+
+test: deps venv lint unit integration molecule
+
+demo: deps venv
+	$(BIN)/python -m lab up
+	$(BIN)/ansible-playbook site.yml -l b300
+
+bench: deps venv
+	$(BIN)/python -m bench
+
+clean: lab-down
+	rm -rf .stamps $(VENV)
