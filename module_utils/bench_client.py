@@ -1,0 +1,276 @@
+# -*- coding: utf-8 -*-
+"""The built-in load harness: one benchmark cell (input length x concurrency) against an SGLang server.
+
+Mirrors `python -m sglang.bench_serving --dataset-name random --random-range-ratio 1.0` (fixed input and
+output lengths, request rate inf, --max-concurrency C): a warmup, then `num_prompts` requests driven by
+exactly C workers, every request streamed; metrics from bench_metrics.compute_metrics. Stdlib only.
+
+Backends (bench_serving's names): `sglang` = POST /generate with `input_ids` (exact input length, no
+tokenizer needed), `sglang-oai` = POST /v1/completions with a token-id prompt, `sglang-oai-chat` =
+POST /v1/chat/completions (text prompt, input length approximate). Token counting and ITL follow
+bench_serving: /generate reports cumulative completion_tokens per chunk and a chunk carrying n tokens
+adds n ITL samples of gap/n; OpenAI chunks count one token each unless the final usage says otherwise.
+
+Every cell is bounded: per-request timeout, and a cell timeout after which the unfinished requests are
+cancelled and the row says status=timeout (partial metrics kept, never a hang).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+
+try:
+    from ansible.module_utils.bench_http import HttpConnection, HttpError, get_json, split_url
+    from ansible.module_utils.bench_metrics import RequestResult, compute_metrics, first_errors
+except ImportError:  # plain python (unit tests, bench harness, shipped CLI)
+    from module_utils.bench_http import HttpConnection, HttpError, get_json, split_url
+    from module_utils.bench_metrics import RequestResult, compute_metrics, first_errors
+
+BACKENDS = ("sglang", "sglang-oai", "sglang-oai-chat")
+# Token ids drawn for random prompts: well inside any production vocabulary, clear of special tokens.
+TOKEN_ID_RANGE = (1000, 20000)
+
+
+class CellError(Exception):
+    """The cell could not be measured at all (warmup failed, server unreachable)."""
+
+
+def make_prompts(count, input_len, seed):
+    """`count` distinct random token-id prompts of exactly input_len tokens (reproducible by seed)."""
+    rng = random.Random(seed)
+    lo, hi = TOKEN_ID_RANGE
+    return [[rng.randrange(lo, hi) for _ in range(input_len)] for _ in range(count)]
+
+
+def build_body(backend, model, prompt_ids, output_len):
+    """JSON body (bytes) for one request. Temperature 0, ignore_eos so every request yields output_len."""
+    if backend == "sglang":
+        body = {"input_ids": prompt_ids, "stream": True,
+                "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True}}
+    elif backend == "sglang-oai":
+        body = {"model": model, "prompt": prompt_ids, "max_tokens": output_len, "temperature": 0.0,
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    elif backend == "sglang-oai-chat":
+        text = " ".join("w%d" % t for t in prompt_ids)
+        body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": output_len,
+                "temperature": 0.0, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True}}
+    else:
+        raise ValueError("unknown backend %r (have %s)" % (backend, ", ".join(BACKENDS)))
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+PATHS = {"sglang": "/generate", "sglang-oai": "/v1/completions", "sglang-oai-chat": "/v1/chat/completions"}
+
+
+class _Tracker:
+    """Consumes one request's events; fills a RequestResult (bench_serving's per-request logic)."""
+
+    __slots__ = ("result", "st", "last_t", "last_len", "backend", "chunks", "keep_text", "texts")
+
+    def __init__(self, backend, prompt_len, keep_text):
+        self.backend = backend
+        self.result = RequestResult(prompt_len=prompt_len)
+        self.st = 0.0
+        self.last_t = 0.0
+        self.last_len = 0
+        self.chunks = 0
+        self.keep_text = keep_text
+        self.texts = []
+
+    def on_event(self, payload, now):
+        data = json.loads(payload)
+        if self.backend == "sglang":
+            text = data.get("text")
+            meta = data.get("meta_info") or {}
+            n = meta.get("completion_tokens")
+            if n is None:
+                return
+            if self.keep_text and text is not None:
+                self.texts = [text]  # /generate streams the cumulative text
+            self._tokens(n, now)
+        else:
+            usage = data.get("usage")
+            choices = data.get("choices") or []
+            piece = ""
+            if choices:
+                choice = choices[0]
+                piece = choice.get("text")
+                if piece is None:
+                    piece = (choice.get("delta") or {}).get("content") or ""
+            if piece:
+                if self.keep_text:
+                    self.texts.append(piece)
+                self._tokens(self.last_len + 1, now)
+            if usage and usage.get("completion_tokens"):
+                self.result.output_len = int(usage["completion_tokens"])
+
+    def _tokens(self, n, now):
+        new = n - self.last_len
+        if new <= 0:
+            return
+        result = self.result
+        if self.last_len == 0:
+            result.ttft = now - self.st
+        else:
+            gap = (now - self.last_t) / new
+            result.itl.extend([gap] * new)
+        self.last_t = now
+        self.last_len = n
+        result.output_len = n
+
+
+async def _one_request(conn, path, body, backend, prompt_len, headers, timeout, keep_text):
+    tracker = _Tracker(backend, prompt_len, keep_text)
+    result = tracker.result
+    tracker.st = result.start_time = time.perf_counter()
+    try:
+        await conn.stream_post(path, body, tracker.on_event, headers=headers, timeout=timeout)
+        result.latency = time.perf_counter() - tracker.st
+        if tracker.last_len == 0:
+            result.error = "stream ended without any token"
+        else:
+            result.success = True
+    except asyncio.TimeoutError:
+        result.error = "request timed out after %.0fs" % timeout
+    except (HttpError, OSError, ValueError) as exc:
+        result.error = "%s: %s" % (type(exc).__name__, exc)
+    if keep_text:
+        result.text = "".join(tracker.texts)
+    return result
+
+
+async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, headers, request_timeout,
+                 results, keep_text=False):
+    """Run every body with exactly `concurrency` workers; append RequestResults to `results` as they end."""
+    queue = list(reversed(bodies))
+
+    async def worker():
+        conn = HttpConnection(host, port)
+        try:
+            while queue:
+                body = queue.pop()
+                results.append(await _one_request(conn, path, body, backend, prompt_len, headers,
+                                                  request_timeout, keep_text))
+        finally:
+            conn.close()
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, len(bodies)))]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+def read_accept_length(base_url, api_key=None, timeout=5.0):
+    """internal_states[0].avg_spec_accept_length from /server_info (or the older /get_server_info)."""
+    for path in ("/server_info", "/get_server_info"):
+        info = get_json(base_url, path, timeout=timeout, api_key=api_key)
+        if isinstance(info, dict):
+            if "decode" in info and isinstance(info["decode"], list) and info["decode"]:
+                info = info["decode"][0]
+            states = info.get("internal_states") or []
+            if states and isinstance(states[0], dict):
+                value = states[0].get("avg_spec_accept_length")
+                return float(value) if value is not None else None
+            return None
+    return None
+
+
+async def run_cell_async(base_url, backend="sglang", model="default", input_len=60, output_len=256,
+                         concurrency=1, num_prompts=None, warmup_requests=1, request_timeout=600.0,
+                         cell_timeout=1800.0, api_key=None, seed=0, prompts_per_concurrency=4,
+                         min_prompts=8):
+    """Measure one cell. Returns a dict: bench_serving metric keys + status ('ok'|'timeout'|'error'),
+    error, errors (first distinct request errors), num_prompts, client_cpu_s."""
+    if backend not in PATHS:
+        raise ValueError("unknown backend %r (have %s)" % (backend, ", ".join(BACKENDS)))
+    if input_len < 1 or output_len < 1 or concurrency < 1:
+        raise ValueError("input_len, output_len and concurrency must be >= 1")
+    host, port = split_url(base_url)
+    path = PATHS[backend]
+    headers = {"Authorization": "Bearer %s" % api_key} if api_key else None
+    if num_prompts is None:
+        num_prompts = max(concurrency * prompts_per_concurrency, min_prompts)
+    prompts = make_prompts(num_prompts + max(warmup_requests, 0), input_len, seed)
+    bodies = [build_body(backend, model, p, output_len) for p in prompts[:num_prompts]]
+    warm_bodies = [build_body(backend, model, p, min(output_len, 32)) for p in prompts[num_prompts:]]
+    row = {"status": "ok", "error": "", "errors": [], "num_prompts": num_prompts,
+           "warmup_requests": len(warm_bodies)}
+    deadline = time.monotonic() + cell_timeout
+
+    if warm_bodies:
+        warm = []
+        try:
+            await asyncio.wait_for(
+                _drive(host, port, path, warm_bodies, input_len, backend, len(warm_bodies), headers,
+                       request_timeout, warm),
+                max(deadline - time.monotonic(), 0.001))
+        except asyncio.TimeoutError:
+            pass
+        if not any(r.success for r in warm):
+            errors = first_errors(warm) or ["warmup did not finish within the cell timeout"]
+            raise CellError("warmup failed: %s" % "; ".join(errors))
+
+    results = []
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    try:
+        await asyncio.wait_for(
+            _drive(host, port, path, bodies, input_len, backend, concurrency, headers, request_timeout,
+                   results),
+            max(deadline - time.monotonic(), 0.001))
+    except asyncio.TimeoutError:
+        row["status"] = "timeout"
+        row["error"] = "cell exceeded its %.0fs bound: %d of %d requests finished" % (
+            cell_timeout, len(results), num_prompts)
+    duration = time.perf_counter() - start
+    row["client_cpu_s"] = time.process_time() - cpu0
+    accept = read_accept_length(base_url, api_key=api_key)
+    row.update(compute_metrics(results, duration, accept))
+    row["errors"] = first_errors(results)
+    if row["status"] == "ok" and row["failed"]:
+        row["status"] = "error"
+        row["error"] = "%d of %d requests failed: %s" % (row["failed"], num_prompts, "; ".join(row["errors"]))
+    return row
+
+
+def run_cell(**kwargs):
+    """Blocking wrapper around run_cell_async (fresh event loop per cell)."""
+    return asyncio.run(run_cell_async(**kwargs))
+
+
+def main(argv=None):
+    """`python -m module_utils.bench_client --base-url URL ...`: one cell, JSON on stdout."""
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--backend", default="sglang", choices=BACKENDS)
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--input-len", type=int, default=60)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--num-prompts", type=int)
+    parser.add_argument("--warmup-requests", type=int, default=1)
+    parser.add_argument("--request-timeout", type=float, default=600.0)
+    parser.add_argument("--cell-timeout", type=float, default=1800.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        row = run_cell(base_url=args.base_url, backend=args.backend, model=args.model,
+                       input_len=args.input_len, output_len=args.output_len, concurrency=args.concurrency,
+                       num_prompts=args.num_prompts, warmup_requests=args.warmup_requests,
+                       request_timeout=args.request_timeout, cell_timeout=args.cell_timeout, seed=args.seed)
+    except CellError as exc:
+        print(json.dumps({"status": "error", "error": str(exc)}))
+        return 1
+    print(json.dumps(row))
+    return 0 if row["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

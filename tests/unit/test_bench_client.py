@@ -1,0 +1,257 @@
+"""The built-in load harness (module_utils.bench_client/bench_http) against a loopback fixture server.
+
+The fixture is a tiny SGLang-shaped HTTP server (streaming /generate and OpenAI completions, chunked
+transfer encoding, /server_info) with known delays and faults, listening on 127.0.0.1 only.
+"""
+import asyncio
+import json
+import threading
+
+import pytest
+
+from module_utils import bench_client
+from module_utils.bench_http import HttpConnection, HttpError
+
+
+class FixtureServer:
+    """SGLang-shaped loopback server. Knobs: ttft, itl (s), tokens_per_chunk, fault, accept_length."""
+
+    def __init__(self, ttft=0.0, itl=0.0, tokens_per_chunk=1, fault=None, accept_length=None):
+        self.ttft = ttft
+        self.itl = itl
+        self.tokens_per_chunk = tokens_per_chunk
+        self.fault = fault
+        self.accept_length = accept_length
+        self.requests = []
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.port = None
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+        server.close()
+        pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.close()
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.ready.wait(5)
+        return self
+
+    def __exit__(self, *exc):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    async def _handle(self, reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                method, path, _ = lines[0].split(" ")
+                headers = {k.lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:] if l)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                await self._respond(method, path, headers, body, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, method, path, headers, body, writer):
+        if method == "GET" and path == "/server_info":
+            states = [{"avg_spec_accept_length": self.accept_length}] if self.accept_length else []
+            data = json.dumps({"internal_states": states}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                         % len(data) + data)
+            return
+        req = json.loads(body)
+        self.requests.append((path, req, headers))
+        if self.fault == "http500":
+            data = b'{"error": "boom"}'
+            writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+            return
+        if self.fault == "hang":
+            await asyncio.sleep(3600)
+        if path == "/generate":
+            n = req["sampling_params"]["max_new_tokens"]
+        else:
+            n = req["max_tokens"]
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+        def chunk(obj):
+            data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        await asyncio.sleep(self.ttft)
+        sent = 0
+        text = ""
+        while sent < n:
+            step = 1 if sent == 0 else min(self.tokens_per_chunk, n - sent)
+            if sent:
+                await asyncio.sleep(self.itl)
+            sent += step
+            piece = "t" * step
+            text += piece
+            if self.fault == "close_midway" and sent > n // 2:
+                writer.transport.abort()
+                return
+            if path == "/generate":
+                chunk({"text": text, "meta_info": {"completion_tokens": sent, "prompt_tokens": 1}, "index": 0})
+            elif path == "/v1/completions":
+                chunk({"choices": [{"index": 0, "text": piece}]})
+            else:
+                chunk({"choices": [{"index": 0, "delta": {"content": piece}}]})
+            await writer.drain()
+        if path != "/generate":
+            chunk({"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": 1}})
+        chunk(b"[DONE]")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+def cell(server, **kw):
+    args = dict(base_url=server.url, input_len=8, output_len=16, concurrency=2, num_prompts=6,
+                warmup_requests=1, request_timeout=10, cell_timeout=20)
+    args.update(kw)
+    return bench_client.run_cell(**args)
+
+
+@pytest.mark.parametrize("backend", bench_client.BACKENDS)
+def test_counts_every_token_of_every_request(backend):
+    with FixtureServer() as server:
+        row = cell(server, backend=backend)
+    assert row["status"] == "ok", row
+    assert row["completed"] == 6 and row["failed"] == 0
+    assert row["total_output_tokens"] == 6 * 16
+    assert row["total_input_tokens"] == 6 * 8
+    assert row["output_throughput"] == pytest.approx(row["total_output_tokens"] / row["duration"])
+    # 1 warmup + 6 measured requests reached the server, each with the requested lengths.
+    assert len(server.requests) == 7
+    path, req, _ = server.requests[-1]
+    assert path == bench_client.PATHS[backend]
+    if backend == "sglang":
+        assert len(req["input_ids"]) == 8 and req["sampling_params"]["max_new_tokens"] == 16
+        assert req["sampling_params"]["ignore_eos"] is True
+
+
+def test_measures_known_ttft_and_itl():
+    with FixtureServer(ttft=0.05, itl=0.01) as server:
+        row = cell(server, concurrency=2, num_prompts=4, output_len=11)
+    assert row["status"] == "ok", row
+    assert row["mean_ttft_ms"] == pytest.approx(50, rel=0.5)
+    assert row["mean_itl_ms"] == pytest.approx(10, rel=0.5)
+    # TPOT = (latency - ttft) / (n - 1): with constant ITL it equals the ITL.
+    assert row["mean_tpot_ms"] == pytest.approx(row["mean_itl_ms"], rel=0.05)
+
+
+def test_multi_token_chunks_split_the_gap_like_bench_serving():
+    with FixtureServer(itl=0.02, tokens_per_chunk=4) as server:
+        row = cell(server, concurrency=1, num_prompts=2, output_len=9)
+    assert row["status"] == "ok", row
+    assert row["total_output_tokens"] == 18
+    # Each 4-token chunk after a 20 ms gap gives four 5 ms ITL samples.
+    assert row["median_itl_ms"] == pytest.approx(5, rel=0.5)
+
+
+def test_accept_length_read_from_server_info():
+    with FixtureServer(accept_length=3.25) as server:
+        assert cell(server)["accept_length"] == 3.25
+    with FixtureServer() as server:
+        assert cell(server)["accept_length"] is None
+
+
+def test_http_error_fails_the_warmup_with_the_servers_words():
+    with FixtureServer(fault="http500") as server:
+        with pytest.raises(bench_client.CellError, match="HTTP 500.*boom"):
+            cell(server)
+
+
+def test_server_closing_midstream_is_a_failed_request_not_a_hang():
+    with FixtureServer(fault="close_midway") as server:
+        with pytest.raises(bench_client.CellError, match="connection closed"):
+            cell(server)
+
+
+def test_hanging_server_is_bounded_by_the_cell_timeout():
+    with FixtureServer() as server:
+        # Warm up against a healthy server, then make it hang for the measured phase.
+        async def flip():
+            server.fault = "hang"
+
+        row_holder = {}
+
+        def run():
+            row_holder["row"] = cell(server, warmup_requests=0, cell_timeout=1.0, request_timeout=30)
+
+        asyncio.run_coroutine_threadsafe(flip(), server.loop).result(2)
+        run()
+    row = row_holder["row"]
+    assert row["status"] == "timeout"
+    assert "exceeded its 1s bound" in row["error"]
+    assert row["completed"] == 0
+
+
+def test_request_timeout_marks_requests_failed():
+    with FixtureServer(ttft=0.0, itl=0.5) as server:
+        row = cell(server, warmup_requests=0, output_len=5, request_timeout=0.3, num_prompts=2)
+    assert row["status"] == "error"
+    assert row["failed"] == 2
+    assert "timed out" in row["error"]
+
+
+def test_unreachable_server_is_a_clear_cell_error():
+    with FixtureServer() as server:
+        url = server.url
+    with pytest.raises(bench_client.CellError, match="warmup failed"):
+        bench_client.run_cell(base_url=url, input_len=4, output_len=4, concurrency=1, num_prompts=1,
+                              request_timeout=2, cell_timeout=5)
+
+
+def test_connection_is_kept_alive_between_requests():
+    with FixtureServer() as server:
+        async def two():
+            conn = HttpConnection("127.0.0.1", server.port)
+            seen = []
+            for _ in range(2):
+                body = bench_client.build_body("sglang", "m", [1, 2], 3)
+                await conn.stream_post("/generate", body, lambda p, t: seen.append(p), timeout=5)
+            first = conn.protocol
+            await conn.stream_post("/generate", body, lambda p, t: seen.append(p), timeout=5)
+            same = conn.protocol is first
+            conn.close()
+            return seen, same
+        seen, same = asyncio.run(two())
+    assert same
+    assert len(seen) == 9
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="unknown backend"):
+        bench_client.build_body("vllm", "m", [1], 1)
+    with pytest.raises(ValueError):
+        bench_client.run_cell(base_url="http://127.0.0.1:1", concurrency=0)
+    with pytest.raises(ValueError, match="http://host:port"):
+        bench_client.run_cell(base_url="https://example.invalid", concurrency=1)
+
+
+def test_http_error_class_is_raised_for_non_200():
+    with FixtureServer(fault="http500") as server:
+        async def go():
+            conn = HttpConnection("127.0.0.1", server.port)
+            try:
+                await conn.stream_post("/generate", b"{}", lambda p, t: None, timeout=5)
+            finally:
+                conn.close()
+        with pytest.raises(HttpError, match="HTTP 500"):
+            asyncio.run(go())
