@@ -69,6 +69,13 @@ class FixtureServer:
             writer.close()
 
     async def _respond(self, method, path, headers, body, writer):
+        if method == "GET" and path in ("/health", "/health_generate", "/v1/models"):
+            code = 503 if self.fault == "warming" and path != "/v1/models" else 200
+            data = json.dumps({"object": "list", "data": [{"id": "fixture-model"}]} if path == "/v1/models"
+                              else {}).encode()
+            writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                         % (code, len(data)) + data)
+            return
         if method == "GET" and path == "/server_info":
             states = [{"avg_spec_accept_length": self.accept_length}] if self.accept_length else []
             data = json.dumps({"internal_states": states}).encode()

@@ -1,0 +1,194 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module sglang_bench: run a benchmark matrix on the target against its own SGLang server."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_bench
+short_description: Benchmark matrix (context length x concurrency) against a local SGLang server
+description:
+  - Proves the server is serving (C(/health_generate) or C(/health) 200 and a model in C(/v1/models)), then
+    measures every cell with the built-in stdlib asyncio harness or C(python -m sglang.bench_serving) from the
+    target venv, each cell bounded by O(cell_timeout_s).
+  - Appends one JSON row per cell to O(output_path) with sglang.bench_serving's metric names, the cell status
+    (ok, timeout, error) and reason, O(labels) and O(provenance) (plus the running service's argv).
+  - Run it with C(async)/C(poll) so the task itself is bounded too.
+options:
+  base_url:
+    description: Server base URL, normally loopback (http://127.0.0.1:PORT).
+    type: str
+    required: true
+  context_lengths:
+    description: Input (context) lengths in tokens; one matrix row each. Must not be empty.
+    type: list
+    elements: int
+    required: true
+  concurrencies:
+    description: Concurrency levels (max concurrent requests); one matrix column each. Must not be empty.
+    type: list
+    elements: int
+    required: true
+  output_len:
+    description: Output tokens per request (fixed, ignore_eos).
+    type: int
+    default: 256
+  prompts_per_concurrency:
+    description: Requests per cell = max(concurrency * this, O(min_prompts)).
+    type: int
+    default: 4
+  min_prompts:
+    description: Minimum requests per cell.
+    type: int
+    default: 8
+  warmup_requests:
+    description: Warmup requests before each cell (not measured); 0 disables.
+    type: int
+    default: 1
+  cell_timeout_s:
+    description: Bound of one cell in seconds; a cell past it is cancelled and recorded as C(timeout).
+    type: float
+    default: 900
+  request_timeout_s:
+    description: Bound of one request in seconds.
+    type: float
+    default: 600
+  backend:
+    description: bench_serving backend name (C(sglang) = /generate).
+    type: str
+    default: sglang
+    choices: [sglang, sglang-oai, sglang-oai-chat]
+  client:
+    description: C(builtin) harness, C(sglang.bench_serving), or C(auto) (bench_serving when importable).
+    type: str
+    default: auto
+    choices: [builtin, sglang.bench_serving, auto]
+  venv_python:
+    description: Python of the target venv (for sglang.bench_serving).
+    type: path
+  model:
+    description: Model id to send; empty asks C(/v1/models).
+    type: str
+    default: ""
+  tokenizer:
+    description: Tokenizer path for sglang.bench_serving.
+    type: str
+    default: ""
+  api_key:
+    description: Bearer token of the server, if any.
+    type: str
+    default: ""
+  service_unit:
+    description: systemd unit whose running argv goes into provenance.flags.
+    type: str
+    default: ""
+  output_path:
+    description: JSONL file on the target the rows are appended to.
+    type: path
+    required: true
+  labels:
+    description: Keys added to every row (run, config, host).
+    type: dict
+    default: {}
+  provenance:
+    description: Provenance dict added to every row under C(provenance).
+    type: dict
+    default: {}
+author: sglang-deploy
+"""
+
+EXAMPLES = r"""
+- name: Benchmark matrix
+  sglang_bench:
+    base_url: http://127.0.0.1:30001
+    context_lengths: [60, 1024]
+    concurrencies: [1, 8]
+    output_path: /var/lib/sglang-bench/run1/baseline.jsonl
+  async: 3600
+  poll: 5
+"""
+
+RETURN = r"""
+rows:
+  description: Cells measured.
+  type: int
+  returned: always
+ok:
+  description: Cells with status ok.
+  type: int
+  returned: always
+failed:
+  description: Cells with status timeout or error.
+  type: int
+  returned: always
+failures:
+  description: "C(cell: reason) per failed cell."
+  type: list
+  returned: always
+client:
+  description: The client actually used.
+  type: str
+  returned: always
+best_output_throughput:
+  description: Highest output tok/s of an ok cell.
+  type: float
+  returned: always
+elapsed_s:
+  description: Wall time of the matrix.
+  type: float
+  returned: success
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bench_matrix import check_serving, run_matrix, validate_spec
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            base_url=dict(type="str", required=True),
+            context_lengths=dict(type="list", elements="int", required=True),
+            concurrencies=dict(type="list", elements="int", required=True),
+            output_len=dict(type="int", default=256),
+            prompts_per_concurrency=dict(type="int", default=4),
+            min_prompts=dict(type="int", default=8),
+            warmup_requests=dict(type="int", default=1),
+            cell_timeout_s=dict(type="float", default=900.0),
+            request_timeout_s=dict(type="float", default=600.0),
+            backend=dict(type="str", default="sglang", choices=["sglang", "sglang-oai", "sglang-oai-chat"]),
+            client=dict(type="str", default="auto", choices=["builtin", "sglang.bench_serving", "auto"]),
+            venv_python=dict(type="path"),
+            model=dict(type="str", default=""),
+            tokenizer=dict(type="str", default=""),
+            api_key=dict(type="str", default="", no_log=True),
+            service_unit=dict(type="str", default=""),
+            output_path=dict(type="path", required=True),
+            labels=dict(type="dict", default={}),
+            provenance=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    spec = {k: v for k, v in params.items() if k not in ("labels", "provenance", "output_path")}
+    result = dict(changed=False, rows=0, ok=0, failed=0, failures=[], client=params["client"],
+                  best_output_throughput=0.0)
+    errors = validate_spec(spec)
+    if errors:
+        module.fail_json(msg="invalid bench matrix: " + "; ".join(errors), **result)
+    reason = check_serving(params["base_url"], api_key=params["api_key"] or None)
+    if reason:
+        module.fail_json(msg=reason, **result)
+    if module.check_mode:
+        module.exit_json(**result)
+    try:
+        summary = run_matrix(spec, labels=params["labels"], provenance=params["provenance"],
+                             output_path=params["output_path"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), **result)
+    result.update(summary)
+    result["changed"] = True
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

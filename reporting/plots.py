@@ -1,0 +1,90 @@
+"""PNG plots (matplotlib, Agg backend, controller only): throughput vs concurrency per config (one panel per
+context length), and accept length + peak throughput vs speculative budget."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from reporting.load import Run
+from reporting.render import accept_length_of, config_status, ok_cells, peak
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def throughput_vs_concurrency(run: Run, path: Path):
+    """One panel per context length; one line per config (ok cells only). None when nothing to plot."""
+    names = [n for n in run.config_names() if not n.startswith("_")]
+    contexts = sorted({c["context_length"] for c in ok_cells(run.cells) if c.get("context_length")})
+    if not contexts:
+        return None
+    plt = _plt()
+    cols = min(len(contexts), 2)
+    rows = (len(contexts) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
+    for i, ctx in enumerate(contexts):
+        ax = axes[i // cols][i % cols]
+        for name in names:
+            pts = sorted((c["max_concurrency"], c["output_throughput"]) for c in ok_cells(run.cells_of(name))
+                         if c.get("context_length") == ctx)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"context {ctx} tokens")
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("output tok/s")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    for j in range(len(contexts), rows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    fig.suptitle(f"{run.name}: output throughput vs concurrency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def budget_plot(run: Run, path: Path):
+    """Accept length and peak output tok/s vs budget for ok configs that have a numeric budget."""
+    pts = []
+    for name in run.config_names():
+        outcome = run.outcome_of(name) or {}
+        budget = (outcome.get("spec") or {}).get("budget")
+        if not isinstance(budget, (int, float)) or isinstance(budget, bool) or config_status(run, name) == "failed":
+            continue
+        cell = peak(run.cells_of(name))
+        pts.append((budget, accept_length_of(run, name), cell["output_throughput"] if cell else None, name))
+    if not pts:
+        return None
+    pts.sort()
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [p[0] for p in pts]
+    acc = [p[1] if p[1] is not None else float("nan") for p in pts]
+    tps = [p[2] if p[2] is not None else float("nan") for p in pts]
+    ax.plot(xs, acc, marker="o", color="tab:blue", label="accept length")
+    ax.set_xlabel("speculative budget")
+    ax.set_ylabel("accept length", color="tab:blue")
+    ax2 = ax.twinx()
+    ax2.plot(xs, tps, marker="s", color="tab:red", label="peak output tok/s")
+    ax2.set_ylabel("peak output tok/s", color="tab:red")
+    for x, a, _, name in pts:
+        if a is not None:
+            ax.annotate(name, (x, a), textcoords="offset points", xytext=(4, 4), fontsize="small")
+    ax.grid(True, alpha=0.3)
+    fig.suptitle(f"{run.name}: accept length and throughput vs budget")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def make_plots(run: Run, out_dir) -> list:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made = [throughput_vs_concurrency(run, out_dir / "throughput_vs_concurrency.png"),
+            budget_plot(run, out_dir / "accept_throughput_vs_budget.png")]
+    return [p for p in made if p is not None]

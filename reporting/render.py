@@ -1,0 +1,212 @@
+"""report.md from a loaded Run: a summary of configs (best highlighted), a table per config, failures with
+their reasons and journal excerpts, provenance, and links to the plots."""
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from reporting.load import Run
+
+# Cell columns: (header, row key, decimals)
+CELL_COLUMNS = (
+    ("ctx", "context_length", 0),
+    ("C", "max_concurrency", 0),
+    ("out tok/s", "output_throughput", 1),
+    ("TTFT mean ms", "mean_ttft_ms", 1),
+    ("TTFT p99 ms", "p99_ttft_ms", 1),
+    ("ITL median ms", "median_itl_ms", 2),
+    ("ITL p99 ms", "p99_itl_ms", 2),
+    ("TPOT mean ms", "mean_tpot_ms", 2),
+    ("accept len", "accept_length", 2),
+    ("done/failed", None, 0),
+    ("status", "status", 0),
+)
+SPEC_KEYS = ("algorithm", "budget", "topk", "block_size", "cuda_graph")
+
+
+def fmt(value, digits=1):
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return f"{value:.{digits}f}" if digits else f"{value:.0f}" if isinstance(value, float) else str(value)
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def ok_cells(cells):
+    return [c for c in cells if c.get("status") == "ok" and c.get("output_throughput") is not None]
+
+
+def peak(cells):
+    """The ok cell with the highest output tok/s, or None."""
+    good = ok_cells(cells)
+    return max(good, key=lambda c: c["output_throughput"]) if good else None
+
+
+def config_status(run: Run, config):
+    """'ok' | 'failed' | 'partial' for a config: its sweep outcome when there is one, else its cells."""
+    outcome = run.outcome_of(config)
+    if outcome is not None:
+        return outcome.get("status", "failed")
+    cells = run.cells_of(config)
+    if not cells:
+        return "failed"
+    good = ok_cells(cells)
+    return "ok" if len(good) == len(cells) else ("partial" if good else "failed")
+
+
+def accept_length_of(run: Run, config):
+    vals = [c["accept_length"] for c in ok_cells(run.cells_of(config)) if c.get("accept_length") is not None]
+    if vals:
+        return sum(vals) / len(vals)
+    outcome = run.outcome_of(config) or {}
+    return outcome.get("accept_length")
+
+
+def best_config(run: Run):
+    """Name of the config (not failed) with the highest peak output tok/s, or None."""
+    best = None
+    best_tps = -1.0
+    for name in run.config_names():
+        if name.startswith("_") or config_status(run, name) == "failed":
+            continue
+        cell = peak(run.cells_of(name))
+        if cell and cell["output_throughput"] > best_tps:
+            best, best_tps = name, cell["output_throughput"]
+    return best
+
+
+def _table(headers, rows):
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def _spec(run: Run, config):
+    outcome = run.outcome_of(config) or {}
+    spec = outcome.get("spec") or {}
+    return spec
+
+
+def render_report(run: Run, plots=()) -> str:
+    lines = [f"# Benchmark report: {run.name}", ""]
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    hosts = run.hosts()
+    lines.append(f"Generated {now} from {len(run.cells)} cell rows and {len(run.configs)} sweep outcomes"
+                 f"{' on ' + ', '.join(hosts) if hosts else ''}.")
+    lines.append("")
+    names = [n for n in run.config_names() if not n.startswith("_")]
+    best = best_config(run)
+    counted = [config_status(run, n) for n in names]
+    lines.append(f"**{counted.count('ok')} ok, {counted.count('failed')} failed"
+                 f"{', %d partial' % counted.count('partial') if counted.count('partial') else ''}"
+                 f"** of {len(names)} config(s). Best: {('**' + best + '**') if best else 'none'}.")
+    lines.append("")
+
+    # Summary
+    lines += ["## Summary", ""]
+    headers = ["config", "status", *SPEC_KEYS, "peak out tok/s", "at ctx/C", "accept len", "ready s", "reason"]
+    rows = []
+    for name in names:
+        spec = _spec(run, name)
+        status = config_status(run, name)
+        cell = peak(run.cells_of(name))
+        outcome = run.outcome_of(name) or {}
+        reason = outcome.get("reason") or ""
+        if not reason and status != "ok":
+            bad = [c for c in run.cells_of(name) if c.get("status") != "ok"]
+            reason = "; ".join(f"{c.get('cell')}: {c.get('error')}" for c in bad[:3])
+        mark = " ★" if name == best else ""
+        row = [f"**{name}**{mark}" if name == best else name, status.upper() if status != "ok" else "ok"]
+        row += [fmt(spec.get(k), 0) for k in SPEC_KEYS]
+        row += [f"**{fmt(cell['output_throughput'])}**" if (cell and name == best) else
+                fmt(cell["output_throughput"]) if cell else "–",
+                f"{cell['context_length']}/{cell['max_concurrency']}" if cell else "–",
+                fmt(accept_length_of(run, name), 2), fmt(outcome.get("time_to_ready_s"), 1),
+                fmt(reason[:200])]
+        rows.append(row)
+    lines += _table(headers, rows)
+    lines.append("")
+
+    restore = [r for r in run.configs if r.get("phase") == "restore"]
+    if restore:
+        r = restore[-1]
+        verdict = "restored and ready" if r.get("status") == "ok" else f"NOT restored: {r.get('reason')}"
+        lines += [f"Baseline `{r.get('config')}`: {verdict}"
+                  f"{' in %.1f s' % r['time_to_ready_s'] if r.get('time_to_ready_s') is not None else ''}"
+                  f"{' (pid %s)' % r['pid'] if r.get('pid') else ''}.", ""]
+    sweep = [r for r in run.configs if r.get("phase") == "sweep_total"]
+    if sweep:
+        lines += [f"Sweep wall time: {fmt(sweep[-1].get('elapsed_s'), 1)} s "
+                  f"(bound {fmt(sweep[-1].get('bound_s'), 0)} s).", ""]
+
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{Path(p).stem}]({p})" for p in plots]
+        lines.append("")
+
+    # Per config
+    for name in names:
+        cells = sorted(run.cells_of(name), key=lambda c: (c.get("host") or "", c.get("context_length") or 0,
+                                                           c.get("max_concurrency") or 0))
+        lines += [f"## Config `{name}`{' ★ best' if name == best else ''}", ""]
+        spec = _spec(run, name)
+        if spec:
+            lines.append("Spec: " + ", ".join(f"{k}={v}" for k, v in spec.items()))
+            lines.append("")
+        outcome = run.outcome_of(name)
+        if outcome and outcome.get("status") != "ok":
+            lines.append(f"**FAILED at step `{outcome.get('failed_step', '?')}`**: {outcome.get('reason', '')}")
+            lines.append("")
+            if outcome.get("journal"):
+                lines += ["Journal excerpt:", "", "```", str(outcome["journal"]).rstrip()[-3000:], "```", ""]
+        if not cells:
+            lines += ["No benchmark cells.", ""]
+            continue
+        top = peak(cells)
+        rows = []
+        for c in cells:
+            row = []
+            for header, key, digits in CELL_COLUMNS:
+                if key is None:
+                    row.append(f"{fmt(c.get('completed'), 0)}/{fmt(c.get('failed'), 0)}")
+                else:
+                    row.append(fmt(c.get(key), digits))
+            if c is top:
+                row[2] = f"**{row[2]}**"
+            if c.get("status") != "ok":
+                row[-1] = f"{c.get('status')}: {fmt((c.get('error') or '')[:120])}"
+            rows.append(row)
+        hosts_here = sorted({c.get("host") for c in cells if c.get("host")})
+        if len(hosts_here) > 1:
+            lines.append("Hosts: " + ", ".join(hosts_here))
+            lines.append("")
+        lines += _table([h for h, _, _ in CELL_COLUMNS], rows)
+        lines.append("")
+
+    # Provenance
+    prov = next((c.get("provenance") for c in run.cells if c.get("provenance")), None)
+    if prov:
+        lines += ["## Provenance", ""]
+        for key in sorted(prov):
+            value = prov[key]
+            if isinstance(value, list):
+                value = " ".join(str(v) for v in value)
+            lines.append(f"- {key}: `{value}`")
+        lines.append("")
+    if run.problems:
+        lines += ["## Unreadable rows", ""] + [f"- {p}" for p in run.problems] + [""]
+    return "\n".join(lines)
+
+
+def write_report(run: Run, run_dir, plots=True) -> Path:
+    run_dir = Path(run_dir)
+    made = []
+    if plots:
+        from reporting.plots import make_plots
+        made = make_plots(run, run_dir / "plots")
+    rel = [str(Path(p).relative_to(run_dir)) for p in made]
+    path = run_dir / "report.md"
+    path.write_text(render_report(run, rel), encoding="utf-8")
+    return path

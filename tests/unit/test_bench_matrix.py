@@ -1,0 +1,129 @@
+"""module_utils.bench_matrix: spec validation, serving check, JSONL rows with provenance (loopback fixture)."""
+import json
+
+import pytest
+
+from module_utils import bench_matrix
+from test_bench_client import FixtureServer
+
+GOOD = {"base_url": "http://127.0.0.1:1", "context_lengths": [60, 1024], "concurrencies": [1, 8],
+        "output_len": 8, "prompts_per_concurrency": 1, "min_prompts": 2, "warmup_requests": 1,
+        "cell_timeout_s": 30, "request_timeout_s": 10, "client": "builtin", "backend": "sglang"}
+
+
+def spec(**kw):
+    out = dict(GOOD)
+    out.update(kw)
+    return out
+
+
+def test_good_spec_has_no_errors():
+    assert bench_matrix.validate_spec(GOOD) == []
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"context_lengths": []}, "context_lengths is empty"),
+    ({"concurrencies": []}, "concurrencies is empty"),
+    ({"concurrencies": None}, "concurrencies is empty"),
+    ({"context_lengths": [60, 0]}, "integers >= 1"),
+    ({"context_lengths": [60, "x"]}, "integers >= 1"),
+    ({"concurrencies": [1, True]}, "integers >= 1"),
+    ({"concurrencies": [8, 8]}, "duplicates"),
+    ({"output_len": 0}, "output_len must be"),
+    ({"cell_timeout_s": 0}, "cell_timeout_s must be"),
+    ({"request_timeout_s": -1}, "request_timeout_s must be"),
+    ({"warmup_requests": -1}, "warmup_requests must be"),
+    ({"client": "vllm"}, "client must be one of"),
+    ({"backend": "trt"}, "backend must be one of"),
+    ({"base_url": "127.0.0.1:30000"}, "base_url must be"),
+])
+def test_bad_specs_are_named(change, message):
+    errors = bench_matrix.validate_spec(spec(**change))
+    assert any(message in e for e in errors), errors
+
+
+def test_empty_matrix_refused_before_any_request():
+    with FixtureServer() as server:
+        with pytest.raises(ValueError, match="context_lengths is empty"):
+            bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[]))
+        assert server.requests == []
+
+
+def test_cells_order_and_bound():
+    assert bench_matrix.cells(GOOD) == [(60, 1), (60, 8), (1024, 1), (1024, 8)]
+    assert bench_matrix.worst_case_seconds(GOOD) == 4 * 30
+
+
+def test_check_serving():
+    with FixtureServer() as server:
+        assert bench_matrix.check_serving(server.url) is None
+        server.fault = "warming"
+        assert "HTTP 503" in bench_matrix.check_serving(server.url)
+        url = server.url
+    reason = bench_matrix.check_serving(url, timeout=2)
+    assert "is not serving" in reason and url in reason
+
+
+def test_redact_argv_hides_secrets():
+    argv = ["python", "-m", "sglang.launch_server", "--api-key", "s3cret", "--hf-token=abc", "--port", "1"]
+    out = bench_matrix.redact_argv(argv)
+    assert "s3cret" not in out and "--hf-token=abc" not in out
+    assert out[-2:] == ["--port", "1"] and "--hf-token=<redacted>" in out
+
+
+def test_run_matrix_writes_one_row_per_cell_with_provenance(tmp_path):
+    out = tmp_path / "sub" / "cfg.jsonl"
+    prov = {"host_group": "nvlink", "driver": "none", "cuda": "13.0", "venv_hash": "abc",
+            "flags": ["--tp-size", "8"]}
+    with FixtureServer(accept_length=4.5) as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4, 16]),
+                                          labels={"run": "r1", "config": "cfg", "host": "h"},
+                                          provenance=prov, output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["rows"] == 4 and summary["ok"] == 4 and summary["failed"] == 0
+    assert summary["client"] == "builtin"
+    assert [r["cell"] for r in rows] == ["ctx4_c1", "ctx4_c8", "ctx16_c1", "ctx16_c8"]
+    for r in rows:
+        assert r["kind"] == "cell" and r["status"] == "ok"
+        assert r["run"] == "r1" and r["config"] == "cfg" and r["host"] == "h"
+        assert r["provenance"] == prov
+        assert r["accept_length"] == 4.5
+        assert r["total_input_tokens"] == r["context_length"] * r["completed"]
+        for key in ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_itl_ms",
+                    "median_itl_ms", "p99_itl_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms"):
+            assert isinstance(r[key], float), key
+    assert summary["best_output_throughput"] == max(r["output_throughput"] for r in rows)
+
+
+def test_failed_cell_is_recorded_and_matrix_moves_on(tmp_path):
+    out = tmp_path / "x.jsonl"
+    with FixtureServer(fault="http500") as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1, 2]),
+                                          output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["failed"] == 2 and len(rows) == 2
+    assert all(r["status"] == "error" and "HTTP 500" in r["error"] for r in rows)
+    assert rows[0]["output_throughput"] is None
+
+
+def test_bench_serving_client_refused_when_not_importable(tmp_path):
+    with pytest.raises(ValueError, match="not importable"):
+        bench_matrix.run_matrix(spec(client="sglang.bench_serving", venv_python=str(tmp_path / "nope")))
+
+
+def test_auto_client_falls_back_to_builtin(tmp_path):
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, client="auto", venv_python="/usr/bin/python3",
+                                               context_lengths=[4], concurrencies=[1]))
+    assert summary["client"] == "builtin"
+
+
+def test_bench_serving_argv_matches_the_seed_command():
+    argv = bench_matrix.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python", base_url="http://127.0.0.1:30001"),
+                                           1024, 8, 32, "/tmp/o.jsonl")
+    joined = " ".join(argv)
+    assert joined.startswith("/v/bin/python -m sglang.bench_serving --backend sglang")
+    for part in ("--dataset-name random", "--random-input-len 1024", "--random-output-len 8",
+                 "--random-range-ratio 1.0", "--num-prompts 32", "--max-concurrency 8",
+                 "--output-file /tmp/o.jsonl"):
+        assert part in joined
