@@ -1,0 +1,190 @@
+"""Parsers for `nvidia-smi` output: the per-GPU CSV query and the `topo -m` link matrix.
+
+Pure functions over text, stdlib only: they run on the target (Python 3.11) inside the gpu_facts module and
+are unit-tested on the controller without Ansible. Nothing here runs a command.
+
+Formats parsed (as documented by `nvidia-smi --help-query-gpu` and `nvidia-smi topo -h`):
+
+* ``nvidia-smi --query-gpu=<QUERY_FIELDS> --format=csv,noheader,nounits``: one line per GPU, values separated
+  by ", "; unavailable values read "[N/A]" or "[Not Supported]". The GPU name is queried last so a name that
+  contains a comma still parses.
+* ``nvidia-smi topo -m``: a matrix whose header names the columns (GPU0..GPUn-1, then NIC0.., then
+  "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"), one row per GPU/NIC, and a legend. Cells between GPUs are
+  ``X`` (self), ``NV#`` (a bonded set of # NVLinks), or a PCIe path: ``PIX``, ``PXB``, ``PHB``, ``NODE``,
+  ``SYS``. Columns are tab-separated; a terminal may add ANSI escapes, which are stripped.
+"""
+
+import re
+
+# Order matters: `name` is last (it may contain ", "); the rest never contain a comma.
+QUERY_FIELDS = ("index", "uuid", "pci.bus_id", "memory.total", "driver_version", "compute_cap", "name")
+QUERY_ARGS = ("--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits")
+TOPO_ARGS = ("topo", "-m")
+
+# PCIe path kinds from nearest to farthest (nvidia-smi topo legend).
+PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+_NA = ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_GPU_LABEL = re.compile(r"^GPU(\d+)$")
+_NVLINK = re.compile(r"^NV(\d+)$")
+
+
+class NvidiaSmiParseError(ValueError):
+    """The text is not the documented nvidia-smi format; the message quotes the offending line."""
+
+
+def _value(raw):
+    raw = raw.strip()
+    return None if raw in _NA else raw
+
+
+def parse_query_gpu(text):
+    """Parse `--query-gpu=QUERY_FIELDS --format=csv,noheader,nounits` output into one dict per GPU.
+
+    Each dict: index (int), uuid, pci_bus_id, memory_total_mib (int or None), driver_version,
+    compute_capability ("9.0" style string or None), name. Blank lines are ignored; a line with too few
+    fields raises NvidiaSmiParseError quoting it.
+    """
+    gpus = []
+    for line in text.splitlines():
+        line = _ANSI.sub("", line).strip()
+        if not line:
+            continue
+        parts = line.split(",")
+        if len(parts) < len(QUERY_FIELDS):
+            raise NvidiaSmiParseError(
+                "expected %d comma-separated fields (%s), got %d in line %r"
+                % (len(QUERY_FIELDS), ",".join(QUERY_FIELDS), len(parts), line))
+        head = [_value(p) for p in parts[:len(QUERY_FIELDS) - 1]]
+        name = _value(",".join(parts[len(QUERY_FIELDS) - 1:]))
+        index, uuid, bus_id, memory, driver, cap = head
+        try:
+            index = int(index)
+        except (TypeError, ValueError):
+            raise NvidiaSmiParseError("GPU index is not an integer in line %r" % line)
+        try:
+            memory = int(float(memory)) if memory is not None else None
+        except ValueError:
+            raise NvidiaSmiParseError("memory.total is not a number in line %r" % line)
+        if cap is not None and not re.match(r"^\d+\.\d+$", cap):
+            raise NvidiaSmiParseError("compute_cap is not MAJOR.MINOR in line %r" % line)
+        gpus.append({
+            "index": index,
+            "uuid": uuid,
+            "pci_bus_id": bus_id,
+            "memory_total_mib": memory,
+            "driver_version": driver,
+            "compute_capability": cap,
+            "name": name,
+        })
+    gpus.sort(key=lambda g: g["index"])
+    return gpus
+
+
+def driver_major(version):
+    """580 for "580.159.04"; None when the version is unknown or not numeric."""
+    if not version:
+        return None
+    match = re.match(r"^(\d+)", str(version))
+    return int(match.group(1)) if match else None
+
+
+def parse_topology(text):
+    """Parse `nvidia-smi topo -m` into {"gpus": [labels], "matrix": {gpu: {gpu: cell}}, "nics": [labels]}.
+
+    Only GPU-to-GPU cells are kept in the matrix. Raises NvidiaSmiParseError when no header with GPU
+    columns is found or a GPU row has fewer cells than there are GPU columns.
+    """
+    lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
+    header_at = None
+    columns = []
+    for pos, line in enumerate(lines):
+        tokens = line.split()
+        if tokens and _GPU_LABEL.match(tokens[0]) and line[:1].isspace():
+            header_at, columns = pos, tokens
+            break
+    if header_at is None:
+        raise NvidiaSmiParseError("no topology header (a line of GPU0 GPU1 ... columns) in: %r" % text[:200])
+    gpu_columns = []
+    for token in columns:
+        if not _GPU_LABEL.match(token):
+            break
+        gpu_columns.append(token)
+    nic_columns = [t for t in columns[len(gpu_columns):] if re.match(r"^NIC\d+$", t)]
+    matrix = {}
+    for line in lines[header_at + 1:]:
+        tokens = line.split()
+        if not tokens:
+            break
+        label = tokens[0]
+        if not _GPU_LABEL.match(label):
+            if re.match(r"^NIC\d+$", label) or label.startswith("mlx"):
+                continue
+            break
+        cells = tokens[1:1 + len(gpu_columns)]
+        if len(cells) < len(gpu_columns):
+            raise NvidiaSmiParseError("row %s has %d cells for %d GPU columns: %r"
+                                      % (label, len(cells), len(gpu_columns), line))
+        matrix[label] = dict(zip(gpu_columns, cells))
+    missing = [g for g in gpu_columns if g not in matrix]
+    if missing:
+        raise NvidiaSmiParseError("topology lists columns %s without rows" % ", ".join(missing))
+    return {"gpus": gpu_columns, "matrix": matrix, "nics": nic_columns}
+
+
+def summarize_links(topology):
+    """Classify every GPU pair of a parsed topology.
+
+    Returns {"interconnect": "nvlink"|"pcie"|"mixed"|"none", "pairs": n, "nvlink_pairs": n,
+    "pcie_pairs": {"PIX": n, ...}, "min_nvlinks": n or None, "unknown": [cells]}.
+    "nvlink": every pair has NV#; "pcie": no pair has; "mixed": some do; "none": fewer than two GPUs.
+    """
+    gpus = topology["gpus"]
+    matrix = topology["matrix"]
+    pcie = {}
+    nvlinks = []
+    unknown = []
+    pairs = 0
+    for i, a in enumerate(gpus):
+        for b in gpus[i + 1:]:
+            pairs += 1
+            cell = matrix[a][b]
+            nv = _NVLINK.match(cell)
+            if nv:
+                nvlinks.append(int(nv.group(1)))
+            elif cell in PCIE_LINKS:
+                pcie[cell] = pcie.get(cell, 0) + 1
+            else:
+                unknown.append("%s-%s:%s" % (a, b, cell))
+    if pairs == 0:
+        kind = "none"
+    elif len(nvlinks) == pairs:
+        kind = "nvlink"
+    elif nvlinks:
+        kind = "mixed"
+    else:
+        kind = "pcie"
+    return {
+        "interconnect": kind,
+        "pairs": pairs,
+        "nvlink_pairs": len(nvlinks),
+        "pcie_pairs": pcie,
+        "min_nvlinks": min(nvlinks) if nvlinks else None,
+        "unknown": unknown,
+    }
+
+
+def suggest_profile(links):
+    """The deployment profile these links call for: ("nvlink"|"pcie"|"", reason).
+
+    Every pair on NVLink -> "nvlink"; any pair that has to cross PCIe -> "pcie" (the PCIe NCCL tuning is
+    the safe one there); fewer than two GPUs -> "" (no GPU-to-GPU traffic: let the inventory decide).
+    """
+    kind = links["interconnect"]
+    if kind == "nvlink":
+        return "nvlink", "all %d GPU pairs joined by NVLink (at least NV%d)" % (links["pairs"], links["min_nvlinks"])
+    if kind in ("pcie", "mixed"):
+        return "pcie", "%d of %d GPU pairs cross PCIe (%s)" % (
+            links["pairs"] - links["nvlink_pairs"], links["pairs"],
+            ", ".join("%s x%d" % kv for kv in sorted(links["pcie_pairs"].items())) or "unknown links")
+    return "", "fewer than two GPUs: no GPU-to-GPU link to choose a profile from"

@@ -1,0 +1,148 @@
+"""gpu_probe.collect() and the driver gate, with nvidia-smi replaced by captured or documented texts."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from module_utils import gpu_probe
+from module_utils.gpu_probe import collect, evaluate_gate
+from module_utils.nvidia_smi import parse_query_gpu
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+
+
+def fake_runner(prefix, calls=None, rc=0):
+    def run(argv, timeout, env=None):
+        if calls is not None:
+            calls.append((argv, env))
+        kind = "topo" if argv[1] == "topo" else "query"
+        return rc, (FIX / ("%s-%s.txt" % (prefix, kind))).read_text(), "boom" if rc else ""
+    return run
+
+
+@pytest.fixture
+def smi(tmp_path):
+    path = tmp_path / "nvidia-smi"
+    path.write_text("#!/bin/sh\nexit 99\n")   # never run: the fake runner answers
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_collect_nvlink_gate_pass(smi):
+    calls = []
+    res = collect(nvidia_smi=smi, expected_count=8, expected_capability="10.3", min_driver=580,
+                  runner=fake_runner("b300-8gpu-nvlink", calls))
+    assert res["gate"]["status"] == "pass", res["gate"]
+    assert res["gpu_facts"]["suggested_profile"] == "nvlink"
+    assert res["gpu_facts"]["interconnect"] == "nvlink"
+    assert res["gpu_facts"]["driver_major"] == 580
+    assert [c[0][1] for c in calls] == ["--query-gpu=index,uuid,pci.bus_id,memory.total,driver_version,compute_cap,name",
+                                        "topo"]
+    assert res["torch_probe"] is None
+
+
+def test_collect_pcie_host_fails_nvlink_expectation_with_evidence(smi):
+    res = collect(nvidia_smi=smi, expected_count=8, expected_capability="10.3", min_driver=580,
+                  runner=fake_runner("ct200-8gpu-pcie"))
+    gate = res["gate"]
+    assert gate["status"] == "fail"
+    assert any("expected compute capability 10.3" in r and "GPU0=12.0" in r for r in gate["reasons"])
+    assert "RTX PRO 6000" in gate["found"]
+    assert res["gpu_facts"]["suggested_profile"] == "pcie"
+
+
+def test_gate_skipped_never_pass_when_host_declares_no_gpu(tmp_path):
+    res = collect(nvidia_smi=str(tmp_path / "absent-nvidia-smi"), expected_count=0, runner=fake_runner("x"))
+    assert res["gpu_facts"]["nvidia_smi_present"] is False
+    assert res["gate"]["status"] == "skipped"
+    assert "declares no GPU" in res["gate"]["reasons"][0]
+    assert "nvidia-smi not found" in res["gate"]["found"]
+
+
+def test_gate_fails_when_gpus_expected_but_no_nvidia_smi(tmp_path):
+    res = collect(nvidia_smi=str(tmp_path / "absent"), expected_count=8, expected_capability="12.0",
+                  runner=fake_runner("x"))
+    assert res["gate"]["status"] == "fail"
+    assert any("expected 8 GPU(s), found 0" in r for r in res["gate"]["reasons"])
+    assert any("nvidia-smi not found" in r for r in res["gate"]["reasons"])
+
+
+def test_gate_fails_when_nvidia_smi_errors(smi):
+    res = collect(nvidia_smi=smi, expected_count=1, runner=fake_runner("h200", rc=9))
+    assert res["gate"]["status"] == "fail"
+    assert "rc=9" in res["gpu_facts"]["nvidia_smi_error"]
+
+
+def test_gate_old_driver_and_wrong_count():
+    gpus = parse_query_gpu("0, G0, b, 81559, 575.51.03, 9.0, NVIDIA H100\n1, G1, b, 81559, 575.51.03, 9.0, NVIDIA H100\n")
+    gate = evaluate_gate(gpus, None, 8, "9.0", 580)
+    assert gate["status"] == "fail"
+    assert "expected 8 GPU(s), found 2" in gate["reasons"]
+    assert "expected driver >= 580, found GPU0=575.51.03, GPU1=575.51.03" in gate["reasons"]
+    assert gate["found"] == "2 GPU(s) NVIDIA H100, compute capability 9.0, driver 575.51.03"
+
+
+def test_gate_skipped_notes_unexpected_gpus():
+    gpus = parse_query_gpu((FIX / "h200-query.txt").read_text())
+    gate = evaluate_gate(gpus, None, 0, "", 580)
+    assert gate["status"] == "skipped"
+    assert any("does have GPUs" in r for r in gate["reasons"])
+
+
+def test_real_h200_capture_gate_and_probe():
+    """What gpu_facts reported on the real H200 (device run), as committed."""
+    data = json.loads((FIX / "h200-gpu_facts.json").read_text())
+    probe = data["probe"]
+    assert probe["gate"]["status"] == "pass"
+    assert probe["gpu_facts"]["gpu_count"] == 1
+    assert probe["gpu_facts"]["compute_capabilities"] == ["9.0"]
+    assert probe["gpu_facts"]["driver_major"] >= 580
+    tp = probe["torch_probe"]
+    assert tp["ok"] and tp["device_count"] == 1 and tp["devices"][0]["capability"] == "9.0"
+    assert tp["devices"][0]["matmul_ok"] and tp["devices"][0]["matmul_max_abs_err"] < 1e-3
+    assert tp["nccl_single"]["ok"] and tp["nccl_multi"]["ok"]
+    assert tp["nccl_multi"]["world_size"] == 1
+    b300 = data["b300_gate"]
+    assert b300["failed"] and b300["gate"]["status"] == "fail"
+    assert "expected 8 GPU(s), found 1" in b300["gate"]["reasons"]
+
+
+def test_gate_on_real_capture_equals_recorded(smi):
+    res = collect(nvidia_smi=smi, expected_count=8, expected_capability="10.3", min_driver=580,
+                  runner=fake_runner("h200"))
+    recorded = json.loads((FIX / "h200-gpu_facts.json").read_text())["b300_gate"]["gate"]
+    assert res["gate"] == recorded
+
+
+def test_torch_probe_script_compiles_and_reports_missing_python(tmp_path):
+    compile(gpu_probe.TORCH_PROBE_SCRIPT, "torch_probe.py", "exec")
+    rep = gpu_probe.run_torch_probe(str(tmp_path / "nope" / "python"), gpu_probe.default_runner)
+    assert rep["ok"] is False and "does not exist" in rep["error"]
+
+
+def test_torch_probe_without_torch_reports_error_not_crash():
+    import sys
+    rep = gpu_probe.run_torch_probe(sys.executable, gpu_probe.default_runner, timeout=60)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert rep["ok"] is False and "torch" in rep["error"]
+    else:  # a controller with torch but no GPU
+        assert rep["ok"] is False
+
+
+def test_probe_env_keeps_nvlink_multicast_off():
+    seen = []
+    def runner(argv, timeout, env=None):
+        seen.append(env)
+        return 1, "", "no"
+    import sys
+    gpu_probe.run_torch_probe(sys.executable, runner)
+    assert seen[0]["NCCL_NVLS_ENABLE"] == "0" and seen[0]["NVSHMEM_DISABLE_NVLS"] == "1"
+
+
+def test_default_runner_missing_program_and_timeout(tmp_path):
+    assert gpu_probe.default_runner([str(tmp_path / "absent")], 5)[0] == 127
+    assert gpu_probe.default_runner(["sleep", "5"], 0.2)[0] == 124
