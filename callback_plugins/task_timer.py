@@ -28,12 +28,14 @@ class CallbackModule(CallbackBase):
         self._current = None
         self._started = 0.0
         self._times: list[tuple[float, str]] = []
+        self._run_started = time.monotonic()
 
     def _close(self):
         if self._current is not None:
             elapsed = time.monotonic() - self._started
             self._times.append((elapsed, self._current))
-            self._display.display(f"  task time: {elapsed:0.2f}s  {self._current}", color="dark gray")
+            self._display.display(f"  (previous task: {elapsed:0.2f}s; play run so far: {time.monotonic() - self._run_started:0.1f}s)",
+                                  color="dark gray")
             self._current = None
 
     def _open(self, task):
