@@ -1,0 +1,102 @@
+"""Run the stand-in as a local subprocess on loopback (unit tests and benchmarks on the controller).
+
+    with LocalServer(["--model-path", "/m"], env={"SGLANG_STANDIN_LOAD_S": "0.2"}) as srv:
+        srv.wait_for_line("fired up")
+        ... http://127.0.0.1:{srv.port} ...
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalServer:
+    def __init__(self, args: list[str], env: dict | None = None, port: int | None = None,
+                 module: str = "sglang_standin.launch_server", python: str = sys.executable):
+        self.port = port or free_port()
+        self.args = list(args)
+        if "--port" not in self.args:
+            self.args += ["--port", str(self.port)]
+        self.env = dict(os.environ)
+        self.env.update({"PYTHONPATH": str(PACKAGE_ROOT), "PYTHONUNBUFFERED": "1",
+                         "SGLANG_STANDIN_TTFT_MS": "5", "SGLANG_STANDIN_ITL_MS": "1"})
+        self.env.update(env or {})
+        self.cmd = [python, "-m", module] + self.args
+        self.proc: subprocess.Popen | None = None
+        self.lines: list[str] = []
+        self._q: queue.Queue = queue.Queue()
+        self.exited_at: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "LocalServer":
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1)
+        threading.Thread(target=self._pump, daemon=True).start()
+        return self
+
+    def _pump(self) -> None:
+        assert self.proc and self.proc.stdout
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._q.put(line)
+        self.proc.wait()
+        self.exited_at = time.monotonic()
+        self._q.put(None)
+
+    def wait_for_line(self, needle: str, timeout: float = 20.0) -> str:
+        """Block until a log line contains needle; raise if the process ends or the timeout passes first."""
+        for line in self.lines:
+            if needle in line:
+                return line
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no log line with {needle!r} within {timeout}s; log:\n" + "\n".join(self.lines))
+            try:
+                line = self._q.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(f"stand-in exited ({self.proc.returncode}) before {needle!r}; log:\n"
+                                   + "\n".join(self.lines))
+            if needle in line:
+                return line
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        assert self.proc
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+
+    def __enter__(self) -> "LocalServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

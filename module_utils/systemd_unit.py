@@ -1,0 +1,214 @@
+"""systemd unit state through `systemctl show`, the journal of one invocation, and who owns a listening port.
+
+Stdlib only (runs on the target with the system python3). Every function that runs a command takes a `run`
+callable (argv -> (rc, stdout, stderr)) so tests can feed recorded output without systemd.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+
+SHOW_PROPERTIES = (
+    "Id", "LoadState", "ActiveState", "SubState", "MainPID", "InvocationID", "NRestarts", "ExecMainStatus",
+    "ExecMainCode", "ExecMainPID", "Result", "ControlGroup", "ExecMainStartTimestampMonotonic",
+    "ActiveEnterTimestampMonotonic",
+)
+# ExecMainCode values (CLD_* from waitid): 1 exited, 2 killed, 3 dumped.
+EXIT_CODES = {"1": "exited", "2": "killed", "3": "dumped core", "0": ""}
+
+
+def default_run(argv, timeout=15.0):
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as exc:
+        return 127, "", str(exc)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]} timed out after {timeout}s"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@dataclass
+class UnitState:
+    unit: str
+    load_state: str = ""
+    active_state: str = ""
+    sub_state: str = ""
+    main_pid: int = 0
+    invocation_id: str = ""
+    n_restarts: int = 0
+    exec_main_status: int = 0
+    exec_main_code: str = ""
+    exec_main_pid: int = 0
+    result: str = ""
+    control_group: str = ""
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.active_state == "active" and self.sub_state == "running" and self.main_pid > 0
+
+    @property
+    def exit_description(self) -> str:
+        how = EXIT_CODES.get(self.exec_main_code, self.exec_main_code)
+        if not how:
+            return f"result={self.result or '?'}"
+        what = f"signal {self.exec_main_status}" if how in ("killed", "dumped core") else f"status {self.exec_main_status}"
+        return f"main process {how} with {what} (result={self.result or '?'})"
+
+    def summary(self) -> dict:
+        return {"active_state": self.active_state, "sub_state": self.sub_state, "main_pid": self.main_pid,
+                "invocation_id": self.invocation_id, "n_restarts": self.n_restarts, "result": self.result,
+                "exec_main_status": self.exec_main_status, "exec_main_code": EXIT_CODES.get(self.exec_main_code,
+                                                                                          self.exec_main_code)}
+
+
+def _to_int(value: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def parse_show(unit: str, text: str) -> UnitState:
+    """Parse `systemctl show -p A -p B ...` output (KEY=VALUE lines)."""
+    raw = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            raw[key.strip()] = value.strip()
+    return UnitState(
+        unit=unit, load_state=raw.get("LoadState", ""), active_state=raw.get("ActiveState", ""),
+        sub_state=raw.get("SubState", ""), main_pid=_to_int(raw.get("MainPID")),
+        invocation_id=raw.get("InvocationID", ""), n_restarts=_to_int(raw.get("NRestarts")),
+        exec_main_status=_to_int(raw.get("ExecMainStatus")), exec_main_code=raw.get("ExecMainCode", ""),
+        exec_main_pid=_to_int(raw.get("ExecMainPID")), result=raw.get("Result", ""),
+        control_group=raw.get("ControlGroup", ""), raw=raw)
+
+
+class SystemdError(RuntimeError):
+    pass
+
+
+def show(unit: str, run=default_run) -> UnitState:
+    argv = ["systemctl", "show", unit, "--no-pager"] + [f"--property={p}" for p in SHOW_PROPERTIES]
+    rc, out, err = run(argv)
+    if rc != 0:
+        raise SystemdError(f"`{' '.join(argv[:3])}` failed (rc={rc}): {err.strip()[-300:]}")
+    return parse_show(unit, out)
+
+
+def systemctl(action: str, unit: str, run=default_run, no_block: bool = True) -> None:
+    argv = ["systemctl", action] + (["--no-block"] if no_block else []) + [unit]
+    rc, _out, err = run(argv)
+    if rc != 0:
+        raise SystemdError(f"`{' '.join(argv)}` failed (rc={rc}): {err.strip()[-300:]}")
+
+
+def journal_argv(unit: str, invocation_id: str, lines: int) -> list[str]:
+    """This invocation's lines: the process's output (_SYSTEMD_INVOCATION_ID) OR systemd's own messages about
+    it (INVOCATION_ID, e.g. 'Main process exited, code=exited, status=1/FAILURE')."""
+    if invocation_id:
+        return ["journalctl", "--no-pager", "-q", "-o", "short-iso", "-n", str(lines),
+                f"_SYSTEMD_INVOCATION_ID={invocation_id}", "+", f"INVOCATION_ID={invocation_id}"]
+    return ["journalctl", "--no-pager", "-q", "-o", "short-iso", "-n", str(lines), "-u", unit]
+
+
+def journal(unit: str, invocation_id: str, lines: int = 30, run=default_run) -> list[str]:
+    rc, out, err = run(journal_argv(unit, invocation_id, lines))
+    if rc != 0:
+        return [f"(journalctl failed rc={rc}: {err.strip()[-200:]})"]
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+# ---------------------------------------------------------------- processes and sockets (Linux /proc)
+def cgroup_pids(control_group: str, cgroup_root: str = "/sys/fs/cgroup") -> set[int] | None:
+    """All pids in a unit's cgroup (v2, recursive); None when it cannot be read."""
+    if not control_group:
+        return None
+    base = os.path.join(cgroup_root, control_group.lstrip("/"))
+    if not os.path.isdir(base):
+        return None
+    pids: set[int] = set()
+    for dirpath, _dirs, files in os.walk(base):
+        if "cgroup.procs" in files:
+            try:
+                with open(os.path.join(dirpath, "cgroup.procs")) as fh:
+                    pids.update(int(x) for x in fh.read().split())
+            except OSError:
+                continue
+    return pids
+
+
+def descendants(root_pid: int, proc: str = "/proc") -> set[int]:
+    """root_pid and every process below it (by PPid)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, name, "stat")) as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = set(), [root_pid]
+    while todo:
+        pid = todo.pop()
+        if pid in out or pid <= 0:
+            continue
+        out.add(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def unit_pids(state: UnitState) -> set[int]:
+    pids = cgroup_pids(state.control_group)
+    if pids:
+        return pids
+    return descendants(state.main_pid) if state.main_pid > 0 else set()
+
+
+def _listen_inodes(port: int, proc: str = "/proc") -> set[int]:
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(proc, "net", name)) as fh:
+                next(fh, None)
+                for line in fh:
+                    parts = line.split()
+                    if len(parts) < 10 or parts[3] != "0A":  # 0A = LISTEN
+                        continue
+                    if int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(int(parts[9]))
+        except OSError:
+            continue
+    return inodes
+
+
+def listening_pids(port: int, proc: str = "/proc") -> dict:
+    """{"pids": set of pids holding a LISTEN socket on port, "unreadable": pids whose fds we could not read,
+    "sockets": number of listening sockets}."""
+    inodes = _listen_inodes(port, proc)
+    found: set[int] = set()
+    unreadable = 0
+    if inodes:
+        wanted = {f"socket:[{i}]" for i in inodes}
+        for name in os.listdir(proc):
+            if not name.isdigit():
+                continue
+            fd_dir = os.path.join(proc, name, "fd")
+            try:
+                fds = os.listdir(fd_dir)
+            except OSError:
+                unreadable += 1
+                continue
+            for fd in fds:
+                try:
+                    if os.readlink(os.path.join(fd_dir, fd)) in wanted:
+                        found.add(int(name))
+                        break
+                except OSError:
+                    continue
+    return {"pids": found, "sockets": len(inodes), "unreadable": unreadable}

@@ -1,0 +1,70 @@
+"""module_utils/sglang_smoke.py: known answers, degenerate-output detection, tok/s and accept length."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from module_utils import sglang_smoke as sm
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))
+from sglang_standin.local import LocalServer  # noqa: E402
+
+FAST = {"SGLANG_STANDIN_LOAD_S": "0.2", "SGLANG_STANDIN_WARMUP_S": "0.2"}
+SPEC = ["--attention-backend", "triton", "--speculative-algorithm", "DDTREE", "--speculative-draft-model-path", "/d",
+        "--speculative-dflash-block-size", "8", "--speculative-dflash-draft-window-size", "64",
+        "--speculative-ddtree-budget", "8", "--speculative-ddtree-topk-cap", "4"]
+
+
+@pytest.mark.parametrize("text,why", [
+    ("", "empty"),
+    ("   \n", "empty"),
+    ("Par\ufffds", "replacement"),
+    ("the " * 20, "repetition loop"),
+    ("I think I think I think I think I think I think I think so", "repetition loop"),
+    (" ".join(["a", "b", "c"] * 20), "repetition"),
+])
+def test_degenerate_detected(text, why):
+    assert why in sm.degenerate(text)
+
+
+@pytest.mark.parametrize("text", ["Paris", "42", "the cat sat on the mat and the dog sat on the rug",
+                                  "one two three four five six seven eight nine ten eleven twelve thirteen"])
+def test_normal_text_is_not_degenerate(text):
+    assert sm.degenerate(text) is None
+
+
+def test_smoke_passes_on_the_standin_and_records_speed_and_accept_length():
+    with LocalServer(["--model-path", "/m", "--api-key", "k"] + SPEC, env=dict(FAST, SGLANG_STANDIN_ITL_MS="2")) as srv:
+        srv.wait_for_line("fired up")
+        out = sm.run(srv.url, "/m", api_key="k", throughput_tokens=40)
+    assert out["ok"], out["failures"]
+    assert [a["output"] for a in out["answers"]] == ["Paris", "42", "blue harbour lantern"]
+    assert out["completion_tokens"] == 40 and out["tok_s"] > 0 and out["ttft_s"] > 0
+    assert out["accept_length"] == pytest.approx(4.48)
+
+
+def test_smoke_fails_on_garbage_and_shows_outputs():
+    with LocalServer(["--model-path", "/m"], env=dict(FAST, SGLANG_STANDIN_FAULT="garbage")) as srv:
+        srv.wait_for_line("fired up")
+        out = sm.run(srv.url, "/m", throughput_tokens=20)
+    assert not out["ok"]
+    assert any("U+FFFD" in f for f in out["failures"]) and any("degenerate" in f for f in out["failures"])
+    assert out["accept_length"] is None
+
+
+def test_smoke_wrong_answer_and_wrong_key():
+    with LocalServer(["--model-path", "/m", "--api-key", "k"], env=FAST) as srv:
+        srv.wait_for_line("fired up")
+        wrong = sm.run(srv.url, "/m", api_key="k", prompts=[{"prompt": "What is 2 + 2?", "expect": r"^5$"}],
+                       throughput_tokens=0)
+        unauth = sm.run(srv.url, "/m", api_key="nope", throughput_tokens=0)
+    assert "does not match" in wrong["failures"][0] and wrong["answers"][0]["output"] == "4"
+    assert all("HTTP 401" in f for f in unauth["failures"])
+
+
+def test_min_tok_s_enforced():
+    with LocalServer(["--model-path", "/m"], env=dict(FAST, SGLANG_STANDIN_ITL_MS="20")) as srv:
+        srv.wait_for_line("fired up")
+        out = sm.run(srv.url, "/m", prompts=[], throughput_tokens=10, min_tok_s=100000)
+    assert any("below the minimum" in f for f in out["failures"])
