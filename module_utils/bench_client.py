@@ -143,13 +143,30 @@ async def _one_request(conn, path, body, backend, prompt_len, headers, timeout, 
 
 
 async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, headers, request_timeout,
-                 results, keep_text=False):
-    """Run every body with exactly `concurrency` workers; append RequestResults to `results` as they end."""
+                 results, keep_text=False, on_start=None):
+    """Run every body with exactly `concurrency` workers; append RequestResults to `results` as they end.
+
+    The workers open their keep-alive connections first (not timed: TCP setup and the server accepting C
+    connections are not the server's TTFT); returns the perf_counter at which the first request starts.
+    """
     queue = list(reversed(bodies))
+    connected = []
+    go = asyncio.Event()
+    count = min(concurrency, len(bodies))
+    started = []
 
     async def worker():
         conn = HttpConnection(host, port)
         try:
+            try:
+                await conn.connect()
+            except (OSError, asyncio.TimeoutError):
+                pass  # the first request on this connection reports the failure
+            connected.append(1)
+            if len(connected) == count:
+                started.append(time.perf_counter())
+                go.set()
+            await go.wait()
             while queue:
                 body = queue.pop()
                 results.append(await _one_request(conn, path, body, backend, prompt_len, headers,
@@ -157,13 +174,15 @@ async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, hea
         finally:
             conn.close()
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, len(bodies)))]
+    workers = [asyncio.ensure_future(worker()) for _ in range(count)]
     try:
         await asyncio.gather(*workers)
     finally:
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        if on_start is not None:
+            on_start(started[0] if started else time.perf_counter())
 
 
 def read_accept_length(base_url, api_key=None, timeout=5.0):
@@ -218,17 +237,17 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
 
     results = []
     cpu0 = time.process_time()
-    start = time.perf_counter()
+    marks = [time.perf_counter()]
     try:
         await asyncio.wait_for(
             _drive(host, port, path, bodies, input_len, backend, concurrency, headers, request_timeout,
-                   results),
+                   results, on_start=marks.append),
             max(deadline - time.monotonic(), 0.001))
     except asyncio.TimeoutError:
         row["status"] = "timeout"
         row["error"] = "cell exceeded its %.0fs bound: %d of %d requests finished" % (
             cell_timeout, len(results), num_prompts)
-    duration = time.perf_counter() - start
+    duration = time.perf_counter() - marks[-1]
     row["client_cpu_s"] = time.process_time() - cpu0
     accept = read_accept_length(base_url, api_key=api_key)
     row.update(compute_metrics(results, duration, accept))

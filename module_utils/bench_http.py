@@ -214,6 +214,10 @@ class HttpConnection:
         self.connect_timeout = connect_timeout
         self.protocol = None
 
+    async def connect(self):
+        """Open the connection now (outside any timed region); later requests reuse it."""
+        return await self._ensure()
+
     async def _ensure(self):
         if self.protocol is None or self.protocol.closed or self.protocol.transport.is_closing():
             loop = asyncio.get_running_loop()

@@ -1,0 +1,180 @@
+"""Benchmark of the built-in load harness (module_utils/bench_client.py) against the SGLang stand-in on loopback.
+
+1. Accuracy: the stand-in set to a known TTFT and ITL (no batching slope, no prefill cost); the harness must
+   measure mean TTFT, mean ITL, median ITL and mean TPOT within 5% of the configured values at C = 1..128.
+   Baseline = the configured value; each figure is printed as measured/configured.
+2. Capacity: the stand-in with zero delays; the harness pinned to one core (the stand-in on the other) must
+   sustain >= 25,000 output tok/s. Printed against a baseline measured in the same run: a plain stdlib client
+   (http.client, one thread per concurrent request) doing the same work on the same core.
+
+Only 127.0.0.1 is contacted. `python -m bench harness`.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from module_utils import bench_client, bench_matrix  # noqa: E402
+from module_utils.bench_http import split_url  # noqa: E402
+
+STANDIN = ROOT / "lab" / "sglang_standin"
+TTFT_MS = 400.0
+ITL_MS = 40.0
+TOLERANCE = 0.05
+CONCURRENCIES = (1, 8, 32, 64, 128)
+CAPACITY_TARGET = 25000.0
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class StandIn:
+    """The lab's SGLang stand-in as a loopback subprocess pinned to `cpus`."""
+
+    def __init__(self, ttft_ms, itl_ms, cpus):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, PYTHONPATH=str(STANDIN), SGLANG_STANDIN_LOAD_S="0", SGLANG_STANDIN_WARMUP_S="0",
+                   SGLANG_STANDIN_TTFT_MS=str(ttft_ms), SGLANG_STANDIN_ITL_MS=str(itl_ms),
+                   SGLANG_STANDIN_ITL_SLOPE_MS="0", SGLANG_STANDIN_PREFILL_US_PER_TOKEN="0",
+                   SGLANG_STANDIN_FAULT="none")
+        argv = [sys.executable, "-m", "sglang_standin.launch_server", "--model-path", "standin-model",
+                "--host", "127.0.0.1", "--port", str(self.port), "--max-running-requests", "512",
+                "--disable-cuda-graph"]
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+
+    def __enter__(self):
+        deadline = time.monotonic() + 30
+        reason = "not started"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"stand-in exited rc={self.proc.returncode}: {self.proc.stderr.read()[-500:]}")
+            reason = bench_matrix.check_serving(self.url, timeout=2)
+            if reason is None:
+                return self
+            time.sleep(0.05)
+        self.__exit__()
+        raise RuntimeError(f"stand-in not ready within 30 s: {reason}")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def accuracy(cpus_client, cpus_server):
+    print(f"-- accuracy: stand-in TTFT {TTFT_MS:.0f} ms, ITL {ITL_MS:.0f} ms; ratio = measured / configured "
+          f"(pass within {TOLERANCE:.0%})")
+    ok = True
+    os.sched_setaffinity(0, cpus_client)
+    with StandIn(TTFT_MS, ITL_MS, cpus_server) as server:
+        print(f"{'C':>4} {'TTFT mean':>10} {'ITL mean':>9} {'ITL p50':>8} {'TPOT mean':>10}  verdict")
+        for conc in CONCURRENCIES:
+            row = bench_client.run_cell(base_url=server.url, input_len=60, output_len=32, concurrency=conc,
+                                        num_prompts=4 if conc == 1 else 3 * conc, warmup_requests=1,
+                                        request_timeout=60, cell_timeout=120)
+            ratios = (row["mean_ttft_ms"] / TTFT_MS, row["mean_itl_ms"] / ITL_MS,
+                      row["median_itl_ms"] / ITL_MS, row["mean_tpot_ms"] / ITL_MS)
+            good = row["status"] == "ok" and all(abs(r - 1) <= TOLERANCE for r in ratios)
+            ok &= good
+            print(f"{conc:>4} " + " ".join(f"{r:>9.3f}x" for r in ratios)
+                  + f"  {'ok' if good else 'OUT OF TOLERANCE'} ({row['status']}, {row['completed']} requests,"
+                    f" TTFT {row['mean_ttft_ms']:.1f} ms, ITL {row['mean_itl_ms']:.2f} ms)")
+    return ok
+
+
+def naive_client(url, concurrency, num_prompts, output_len):
+    """Baseline: stdlib http.client, one thread per concurrent request, line-by-line SSE reading."""
+    host, port = split_url(url)
+    prompts = bench_client.make_prompts(num_prompts, 60, 1)
+    lock = threading.Lock()
+    tokens = [0]
+
+    def work(indices):
+        conn = http.client.HTTPConnection(host, port, timeout=60)
+        for i in indices:
+            body = bench_client.build_body("sglang", "m", prompts[i], output_len)
+            conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            last = 0
+            for line in resp:
+                if line.startswith(b"data:") and not line.startswith(b"data: [DONE]"):
+                    last = json.loads(line[5:])["meta_info"]["completion_tokens"]
+            with lock:
+                tokens[0] += last
+        conn.close()
+
+    threads = [threading.Thread(target=work, args=(range(k, num_prompts, concurrency),))
+               for k in range(concurrency)]
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    wall = time.perf_counter() - start
+    return tokens[0] / wall, tokens[0] / max(time.process_time() - cpu0, 1e-9)
+
+
+def capacity(cpus_client, cpus_server):
+    print(f"-- capacity: zero-delay stand-in on core(s) {sorted(cpus_server)}, client on core(s) "
+          f"{sorted(cpus_client)}; target >= {CAPACITY_TARGET:,.0f} output tok/s")
+    os.sched_setaffinity(0, cpus_client)
+    best = 0.0
+    with StandIn(0, 0, cpus_server) as server:
+        base_wall, base_cpu = naive_client(server.url, 32, 64, 256)
+        print(f"baseline (http.client + threads, C=32): {base_wall:,.0f} tok/s wall, {base_cpu:,.0f} tok per "
+              f"client CPU-second")
+        for conc in (8, 32, 128):
+            row = bench_client.run_cell(base_url=server.url, input_len=60, output_len=256, concurrency=conc,
+                                        num_prompts=max(4 * conc, 64), warmup_requests=1, request_timeout=60,
+                                        cell_timeout=120)
+            per_cpu = row["total_output_tokens"] / max(row["client_cpu_s"], 1e-9)
+            best = max(best, row["output_throughput"])
+            print(f"harness C={conc:<3}: {row['output_throughput']:>9,.0f} output tok/s wall "
+                  f"({row['output_throughput'] / base_wall:.2f}x baseline), {per_cpu:>9,.0f} tok per client "
+                  f"CPU-second ({per_cpu / base_cpu:.2f}x baseline), client CPU "
+                  f"{row['client_cpu_s'] / row['duration']:.0%} of one core, status {row['status']}")
+    verdict = best >= CAPACITY_TARGET
+    print(f"capacity: best {best:,.0f} output tok/s = {best / CAPACITY_TARGET:.2f}x the {CAPACITY_TARGET:,.0f} target"
+          f" -> {'ok' if verdict else 'BELOW TARGET'}")
+    return verdict
+
+
+def main() -> int:
+    if not (STANDIN / "sglang_standin" / "launch_server.py").exists():
+        print(f"stand-in missing at {STANDIN}", file=sys.stderr)
+        return 1
+    cpus = sorted(os.sched_getaffinity(0))
+    client_cpus, server_cpus = {cpus[0]}, ({cpus[1]} if len(cpus) > 1 else {cpus[0]})
+    if len(cpus) < 2:
+        print("only one CPU: client and stand-in share it (figures are pessimistic)")
+    original = os.sched_getaffinity(0)
+    try:
+        ok_accuracy = accuracy(client_cpus, server_cpus)
+        ok_capacity = capacity(client_cpus, server_cpus)
+    finally:
+        os.sched_setaffinity(0, original)
+    print(f"harness: accuracy {'ok' if ok_accuracy else 'FAILED'}, capacity {'ok' if ok_capacity else 'FAILED'}")
+    return 0 if ok_accuracy and ok_capacity else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
