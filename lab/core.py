@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,14 @@ PROXY_PORT = 3128
 # Candidate subnets, 10.213.0.0/16 carved into /24s; the first unused one (by address, route and other lab) wins.
 SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")
 DEFAULT_HOSTS = ("b300-lab", "ct200-lab")
+# Test doubles the lab runs on its gateway for the whole lab's life (hosts reach them directly, no proxy):
+# name -> (port, argv after `python -m`). "{gateway}", "{port}" and "{dir}" are filled in at start.
+LAB_SERVICES = {
+    "testhub": (8090, ["lab.testhub", "--bind", "{gateway}", "--port", "{port}", "--file-port", "8091",
+                       "--seed", "0", "--ready-file", "{dir}/testhub.ready",
+                       "--repo", "demo/Kimi-K2.6-tiny:shards=4,shard_size=8MiB",
+                       "--repo", "demo/Kimi-K2.6-DFlash-tiny:shards=1,shard_size=4MiB"]),
+}
 
 
 class LabError(Exception):
@@ -250,6 +259,7 @@ class Lab:
         return gateway
 
     def _ensure_proxy(self, state: dict) -> None:
+        self._stop_services(state)
         pid = state.get("proxy_pid", 0)
         if pid and _pid_alive(pid, "tinyproxy"):
             return
@@ -275,6 +285,43 @@ class Lab:
                 return
             time.sleep(0.05)
         raise LabError("tinyproxy did not start listening within 10s: see .lab/<name>/proxy/stdout.log.")
+
+    def _ensure_services(self, state: dict) -> None:
+        """Start the lab's test doubles (LAB_SERVICES) on the gateway; bounded wait until each listens."""
+        services = state.setdefault("services", {})
+        sdir = self.dir / "services"
+        sdir.mkdir(parents=True, exist_ok=True)
+        for name, (port, template) in LAB_SERVICES.items():
+            current = services.get(name, {})
+            if current.get("pid") and _pid_alive(current["pid"], template[0]):
+                continue
+            argv = [a.format(gateway=state["gateway"], port=port, dir=sdir) for a in template]
+            log = open(sdir / f"{name}.log", "ab")
+            proc = subprocess.Popen([sys.executable, "-m", *argv], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=ROOT,
+                                    env={**os.environ, "PYTHONPATH": str(ROOT), "TESTHUB_CACHE": str(CACHE_DIR / "testhub")})
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    raise LabError(f"lab service {name} exited at start: {(sdir / f'{name}.log').read_text()[-600:]}")
+                with contextlib.suppress(OSError), socket.create_connection((state["gateway"], port), timeout=0.5):
+                    break
+                if time.monotonic() > deadline:
+                    raise LabError(f"lab service {name} did not listen on {state['gateway']}:{port} within 60s.")
+                time.sleep(0.1)
+            services[name] = {"pid": proc.pid, "url": f"http://{state['gateway']}:{port}"}
+
+    def _stop_services(self, state: dict) -> None:
+        for name, svc in state.get("services", {}).items():
+            pid = svc.get("pid", 0)
+            needle = LAB_SERVICES.get(name, ("", [""]))[1][0]
+            if pid and _pid_alive(pid, needle):
+                os.kill(pid, signal.SIGTERM)
+                deadline = time.monotonic() + 5
+                while _pid_alive(pid, needle) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if _pid_alive(pid, needle):
+                    os.kill(pid, signal.SIGKILL)
 
     # ------------------------------------------------------------------ hosts
     def _cgroup_dirs(self, machine: str) -> list[Path]:
@@ -387,6 +434,8 @@ class Lab:
             self._save(state)
         self._ensure_proxy(state)
         self._save(state)
+        self._ensure_services(state)
+        self._save(state)
         # Allocate every host's address first so each /etc/hosts names its peers.
         to_boot: list[HostState] = []
         for index, name in enumerate(self.hosts):
@@ -466,6 +515,7 @@ class Lab:
             return
         for h in state.get("hosts", {}).values():
             self._stop_host(HostState(**h))
+        self._stop_services(state)
         pid = state.get("proxy_pid", 0)
         if pid and _pid_alive(pid, "tinyproxy"):
             os.kill(pid, signal.SIGTERM)
@@ -488,7 +538,9 @@ class Lab:
         if not state:
             return report
         report.update(subnet=state["subnet"], bridge=state["bridge"], gateway=state["gateway"],
-                      proxy=state["proxy_url"], proxy_running=_pid_alive(state.get("proxy_pid", 0), "tinyproxy"))
+                      proxy=state["proxy_url"], proxy_running=_pid_alive(state.get("proxy_pid", 0), "tinyproxy"),
+                      services={n: {**s, "running": _pid_alive(s.get("pid", 0), LAB_SERVICES[n][1][0])}
+                                for n, s in state.get("services", {}).items() if n in LAB_SERVICES})
         for name, h in state["hosts"].items():
             alive = _pid_alive(h["pid"], "systemd-nspawn")
             ssh_ok = False

@@ -33,6 +33,8 @@ def main() -> int:
             "lab_name": name,
             "lab_gateway": state["gateway"],
             "lab_proxy_url": state["proxy_url"],
+            # Test doubles on the gateway: lab_services.testhub.url is the Hub endpoint (HF_ENDPOINT) in the lab.
+            "lab_services": state.get("services", {}),
         }
     print(json.dumps({"_meta": {"hostvars": hostvars}, "lab": {"hosts": sorted(hostvars)}}))
     return 0

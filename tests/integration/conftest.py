@@ -51,7 +51,7 @@ class PlaybookRun:
         """event_data['res'] of every runner_on_ok/failed/skipped event of the task named `task`."""
         out = []
         for ev in self.events:
-            if not ev.get("event", "").startswith("runner_on_"):
+            if ev.get("event") not in ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"):
                 continue
             data = ev.get("event_data", {})
             if data.get("task") == task and (host is None or data.get("host") == host):

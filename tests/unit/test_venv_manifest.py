@@ -1,0 +1,97 @@
+"""module_utils.venv_manifest: the content manifest that decides whether a venv moves."""
+import os
+
+import pytest
+
+from module_utils import venv_manifest as vm
+
+
+def make_tree(root):
+    os.makedirs(root / "bin")
+    os.makedirs(root / "lib/python3.11/site-packages/pkg/__pycache__")
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / "bin/python").symlink_to("/usr/bin/python3")
+    (root / "lib/python3.11/site-packages/pkg/__init__.py").write_text("X = 1\n")
+    (root / "lib/python3.11/site-packages/pkg/__pycache__/__init__.cpython-311.pyc").write_bytes(b"junk")
+    (root / "bin/tool").write_text("#!/opt/sglang/venv/bin/python\n")
+    os.chmod(root / "bin/tool", 0o755)
+    (root / "lib64").symlink_to("lib")
+    return root
+
+
+def test_scan_lists_files_dirs_links_and_skips_bytecode(tmp_path):
+    root = make_tree(tmp_path / "v")
+    entries = {e[0]: e for e in vm.scan(str(root))}
+    assert entries["."][1] == "d"
+    assert entries["bin/python"] == ("bin/python", "l", 0, 0, "/usr/bin/python3")
+    assert entries["lib64"][1:] == ("l", 0, 0, "lib")
+    tool = entries["bin/tool"]
+    assert tool[1:4] == ("f", 0o755, len("#!/opt/sglang/venv/bin/python\n"))
+    assert len(tool[4]) == 64
+    assert not any("__pycache__" in p or p.endswith(".pyc") for p in entries)
+
+
+def test_digest_changes_with_content_mode_and_new_files_but_not_bytecode(tmp_path):
+    root = make_tree(tmp_path / "v")
+    base = vm.digest(vm.scan(str(root)))
+    (root / "lib/python3.11/site-packages/pkg/__pycache__/x.pyc").write_bytes(b"other")
+    assert vm.digest(vm.scan(str(root))) == base
+    f = root / "lib/python3.11/site-packages/pkg/__init__.py"
+    f.write_text("X = 2\n")  # same size, other content
+    changed = vm.digest(vm.scan(str(root)))
+    assert changed != base
+    f.write_text("X = 1\n")
+    assert vm.digest(vm.scan(str(root))) == base
+    os.chmod(f, 0o600)
+    assert vm.digest(vm.scan(str(root))) != base
+    os.chmod(f, 0o644)
+    (root / "new.txt").write_text("")
+    assert vm.digest(vm.scan(str(root))) != base
+
+
+def test_diff_send_delete_same(tmp_path):
+    a = make_tree(tmp_path / "a")
+    b = make_tree(tmp_path / "b")
+    os.chmod(a, 0o755)
+    os.chmod(b, 0o755)
+    assert vm.diff(vm.scan(str(a)), vm.scan(str(b)))["send"] == []
+    (b / "bin/tool").write_text("corrupt")
+    (b / "extra").write_text("x")
+    (a / "lib/python3.11/site-packages/pkg/new.py").write_text("y = 1\n")
+    d = vm.diff(vm.scan(str(a)), vm.scan(str(b)))
+    assert d["send"] == ["bin/tool", "lib/python3.11/site-packages/pkg/new.py"]
+    assert d["delete"] == ["extra"]
+    assert d["send_bytes"] == (a / "bin/tool").stat().st_size + len("y = 1\n")
+    ev = vm.first_differences(vm.scan(str(a)), vm.scan(str(b)))
+    assert "differs (size, content): bin/tool" in ev and "unexpected: extra" in ev
+
+
+def test_encode_decode_roundtrip_and_rejects_escapes(tmp_path):
+    entries = vm.scan(str(make_tree(tmp_path / "v")))
+    assert vm.decode(vm.encode(entries)) == entries
+    for bad in (["../etc/passwd", "f", 420, 1, "x"], ["/etc/passwd", "f", 420, 1, "x"], ["a", "c", 0, 0, ""],
+                ["a/../../x", "f", 420, 1, "x"], ["a", "f"]):
+        with pytest.raises(vm.ManifestError):
+            vm.decode([bad])
+
+
+def test_describe_missing_and_not_a_venv(tmp_path):
+    with pytest.raises(vm.ManifestError, match="does not exist"):
+        vm.describe(str(tmp_path / "nope"))
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(vm.ManifestError, match="is not a venv"):
+        vm.describe(str(tmp_path / "plain"))
+    assert vm.describe(str(tmp_path / "nope"), must_exist=False)["exists"] is False
+    root = make_tree(tmp_path / "v")
+    fact = tmp_path / "f.fact"
+    fact.write_text('{"content_hash": "abc"}')
+    d = vm.describe(str(root), str(fact), with_entries=True)
+    assert d["exists"] and d["files"] == 3 and d["provenance"] == {"content_hash": "abc"}
+    assert d["digest"] == vm.digest(vm.decode(d["manifest"]))
+
+
+def test_unsupported_file_type_is_an_error(tmp_path):
+    root = make_tree(tmp_path / "v")
+    os.mkfifo(root / "fifo")
+    with pytest.raises(vm.ManifestError, match="unsupported file type"):
+        vm.scan(str(root))

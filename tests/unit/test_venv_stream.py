@@ -1,0 +1,115 @@
+"""module_utils.venv_stream (controller side): ssh command lines from inventory vars, and a whole stream
+through the real tar/zstd pipeline with a stand-in `ssh` that runs the remote command locally."""
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from module_utils import venv_manifest as vm
+from module_utils import venv_stage as vs
+from module_utils import venv_stream as st
+from tests.unit.test_venv_manifest import make_tree
+
+CONN = {"name": "ct200-lab", "host": "10.0.0.2", "port": 2222, "user": "root", "key": "/k/id",
+        "common_args": "-o StrictHostKeyChecking=no -o 'UserKnownHostsFile=/dev/null'", "extra_args": "-C"}
+
+
+def test_ssh_argv_uses_inventory_connection_vars():
+    argv = st.ssh_argv(CONN, "true")
+    assert argv[:3] == ["ssh", "-o", "BatchMode=yes"]
+    assert argv[3:9] == ["-p", "2222", "-l", "root", "-i", "/k/id"]
+    assert "UserKnownHostsFile=/dev/null" in argv and "-C" in argv
+    assert argv[-2:] == ["10.0.0.2", "true"]
+    assert st.ssh_argv({"name": "h"}, "x")[-2:] == ["h", "x"]
+
+
+def test_commands_quote_paths_and_pick_mode():
+    full = st.source_command(CONN, "/opt/my venv", True, 1)
+    inner = shlex.split(full)[-1]
+    assert "tar -C '/opt/my venv'" in inner and "--exclude=__pycache__" in inner and "zstd -q -T0 -1 -c" in inner
+    listed = shlex.split(st.source_command(CONN, "/v", False, 0))[-1]
+    assert "--null --no-recursion" in listed and "-T -" in listed and "zstd" not in listed
+    tgt = shlex.split(st.target_command(CONN, "/opt/.venv.stage", 3))[-1]
+    assert tgt.startswith("test -d /opt/.venv.stage ||") and "zstd -q -d -c | tar -C /opt/.venv.stage" in tgt
+    become = dict(CONN, user="deploy", become=True)
+    assert "sudo -n tar" in st.source_pipeline(become, "/v", True, 0)
+
+
+def test_relay_counts_and_limits_bandwidth():
+    r, w = os.pipe()
+    r2, w2 = os.pipe()
+    payload = b"x" * 300_000
+    os.write(w, payload[:65536])
+    pid = os.fork()
+    if pid == 0:  # writer child: the rest of the payload
+        os.close(r)
+        os.write(w, payload[65536:])
+        os._exit(0)
+    os.close(w)
+    got = bytearray()
+    reader_pid = os.fork()
+    if reader_pid == 0:
+        os.close(w2)
+        while os.read(r2, 1 << 16):
+            pass
+        os._exit(0)
+    os.close(r2)
+    moved = st.relay(r, w2)
+    os.close(w2)
+    os.waitpid(pid, 0)
+    os.waitpid(reader_pid, 0)
+    assert moved == len(payload) and not got
+
+
+@pytest.fixture()
+def fake_ssh(tmp_path, monkeypatch):
+    """`ssh ... HOST CMD` -> `bash -c CMD` on this machine (all other arguments ignored)."""
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    script = bindir / "ssh"
+    script.write_text('#!/bin/bash\nfor a; do last="$a"; done\nexec bash -c "$last"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return bindir
+
+
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd not installed")
+@pytest.mark.parametrize("level", [0, 1])
+def test_stream_full_then_partial_repair(tmp_path, fake_ssh, level):
+    src = make_tree(tmp_path / "src/venv")
+    (src / "data.bin").write_bytes(os.urandom(200_000))
+    live = tmp_path / "dst/venv"
+    entries = vm.scan(str(src))
+    r = vs.prepare(str(live), entries)
+    rep = st.stream({"name": "a"}, {"name": "b"}, str(src), r["stage"], None, zstd_level=level)
+    assert rep["bytes"] > 0
+    vs.commit(str(live), vm.digest(entries))
+    assert vm.digest(vm.scan(str(live))) == vm.digest(entries)
+    assert not (live / "lib/python3.11/site-packages/pkg/__pycache__").exists()  # byte-code never travels
+    # corrupt one file: only it moves
+    (live / "data.bin").write_bytes(b"\0" * 200_000)
+    r = vs.prepare(str(live), entries)
+    assert r["send"] == ["data.bin"]
+    rep = st.stream({"name": "a"}, {"name": "b"}, str(src), r["stage"], r["send"], zstd_level=level)
+    assert 0 < rep["bytes"] < 260_000
+    vs.commit(str(live), vm.digest(entries))
+    assert (live / "data.bin").read_bytes() == (src / "data.bin").read_bytes()
+
+
+def test_stream_fails_loudly_without_stage_and_cli_reports_json(tmp_path, fake_ssh):
+    src = make_tree(tmp_path / "src/venv")
+    with pytest.raises(RuntimeError, match="stage .* missing"):
+        st.stream({"name": "a"}, {"name": "b"}, str(src), str(tmp_path / "nostage"), None, zstd_level=0)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    out = subprocess.run([sys.executable, st.__file__, "--src", '{"name": "a"}', "--dst", '{"name": "b"}',
+                          "--src-path", str(src), "--stage", str(stage), "--zstd-level", "0"],
+                         input=json.dumps(["bin/tool"]), capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    assert report["files"] == 1 and report["bytes"] >= 512 and (stage / "bin/tool").exists()
+    assert not (stage / "pyvenv.cfg").exists()
