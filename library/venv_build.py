@@ -1,0 +1,78 @@
+#!/usr/bin/python
+"""Ansible module: build the venv (pinned requirements, local packages, patch series) into the stage."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: venv_build
+short_description: Build a patched venv into the staging directory, unless the live venv already matches
+description:
+  - Computes the recipe hash (flavour, python version, requirements file, local package trees, patch series,
+    pip arguments). When the provenance fact records the same recipe and the live venv still has the content
+    hash recorded with it, nothing happens (C(changed=false)).
+  - Otherwise builds in C(.<name>.stage), bind-mounted over the live path in a private mount namespace so
+    that shebangs carry the live path; applies the patch series to site-packages; checks the imports.
+    The live venv is untouched; venv_commit swaps the stage in.
+options:
+  path: {description: Absolute live venv path., type: path, required: true}
+  python: {description: Base interpreter for python -m venv., type: path, default: /usr/bin/python3}
+  flavour: {description: Flavour name (recorded in the recipe)., type: str, required: true}
+  requirements: {description: Pinned requirements file on the target., type: path, required: true}
+  local_packages: {description: Local package source trees on the target to pip install., type: list, elements: path, default: []}
+  patch_dir: {description: Patch series directory on the target., type: path, required: true}
+  require_patches: {description: Fail when the patch directory is missing or empty., type: bool, default: false}
+  pip_args: {description: Extra pip install arguments., type: list, elements: str, default: []}
+  import_names: {description: Modules that must import after the build., type: list, elements: str, default: []}
+  fact_path: {description: Provenance fact file holding the recipe and content hash of the live venv., type: path, required: true}
+  timeout: {description: Seconds allowed for each pip step., type: int, default: 3600}
+author: [sglang-deploy]
+"""
+
+EXAMPLES = r"""
+- name: Build the lab flavour
+  venv_build:
+    path: /opt/sglang/venv
+    flavour: lab
+    requirements: /var/lib/sglang-venv/build/lab/requirements.txt
+    patch_dir: /var/lib/sglang-venv/build/lab/patches
+    fact_path: /etc/ansible/facts.d/sglang_venv.fact
+"""
+
+RETURN = r"""
+built: {description: A new venv is waiting in the stage., type: bool, returned: always}
+reason: {description: Why a build was or was not needed., type: str, returned: always}
+recipe: {description: The recipe parts and recipe_hash., type: dict, returned: always}
+stage: {description: Staging directory., type: str, returned: when built}
+patches_applied: {description: Patches applied in the stage., type: list, returned: when built}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.venv_build import BuildError, build_if_needed
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            python=dict(type="path", default="/usr/bin/python3"),
+            flavour=dict(type="str", required=True),
+            requirements=dict(type="path", required=True),
+            local_packages=dict(type="list", elements="path", default=[]),
+            patch_dir=dict(type="path", required=True),
+            require_patches=dict(type="bool", default=False),
+            pip_args=dict(type="list", elements="str", default=[]),
+            import_names=dict(type="list", elements="str", default=[]),
+            fact_path=dict(type="path", required=True),
+            timeout=dict(type="int", default=3600),
+        ),
+        supports_check_mode=True,
+    )
+    p = dict(module.params)
+    try:
+        result = build_if_needed(check_mode=module.check_mode, **p)
+    except BuildError as exc:
+        module.fail_json(msg=f"venv build: {exc}", path=p["path"])
+    module.exit_json(changed=result["built"], **result)
+
+
+if __name__ == "__main__":
+    main()

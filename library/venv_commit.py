@@ -1,0 +1,53 @@
+#!/usr/bin/python
+"""Ansible module: verify the staged venv and swap it in atomically."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: venv_commit
+short_description: Verify the staged venv against the expected content hash and swap it in by rename
+description:
+  - Computes the full manifest of C(.<name>.stage); when I(expected_digest) is given it must match, else the
+    module fails and the live venv stays as it was.
+  - Swaps stage and live with renameat2(RENAME_EXCHANGE) (two renames where the filesystem refuses), then
+    removes the previous venv.
+options:
+  path: {description: Absolute live venv path., type: path, required: true}
+  expected_digest: {description: Content hash the stage must have (the source's); empty = no comparison., type: str, default: ""}
+author: [sglang-deploy]
+"""
+
+EXAMPLES = r"""
+- name: Swap the streamed venv in
+  venv_commit:
+    path: /opt/sglang/venv
+    expected_digest: "{{ source.digest }}"
+"""
+
+RETURN = r"""
+digest: {description: Content hash of the venv now live., type: str, returned: success}
+files: {description: Number of files., type: int, returned: success}
+bytes: {description: Sum of file sizes., type: int, returned: success}
+how: {description: exchange, rename or two-renames., type: str, returned: success}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.venv_stage import ManifestError, StageError, commit
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            expected_digest=dict(type="str", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        result = commit(module.params["path"], module.params["expected_digest"], module.check_mode)
+    except (ManifestError, StageError, OSError) as exc:
+        module.fail_json(msg=f"venv commit: {exc}", path=module.params["path"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Content manifest of a venv tree: what decides whether a venv must move, and what proves it arrived.
+
+Runs on the target with the target's python3 (stdlib only). A manifest is a sorted list of entries, one per
+path below the venv root (the root itself is entry "."):
+
+    (path, kind, mode, size, ref)   kind "f" file, "d" directory, "l" symlink
+                                    mode = permission bits (0 for symlinks), size = bytes (files only)
+                                    ref = sha256 hex for files, link target for symlinks, "" for directories
+
+Byte-code caches (``__pycache__`` directories, ``*.pyc``) are left out: Python writes them on import (the
+import check, the service), so they differ between hosts without meaning anything, and they regenerate.
+Owner and mtime are left out too: the venv is root's everywhere and tar carries mtimes.
+
+The digest (the venv's "content hash") is the sha256 of the canonical text of the sorted entries.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+
+EXCLUDE_DIRS = ("__pycache__",)
+EXCLUDE_SUFFIXES = (".pyc",)
+# Hashing releases the GIL (OpenSSL), so a few threads keep a fast disk busy on big venvs.
+HASH_WORKERS = 4
+CHUNK = 1 << 20
+
+
+class ManifestError(Exception):
+    """A tree that cannot be described (unsupported file type, unreadable file, not a venv)."""
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as fh:
+        if hasattr(hashlib, "file_digest"):
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+        h = hashlib.sha256()  # Python < 3.11
+        for block in iter(lambda: fh.read(CHUNK), b""):
+            h.update(block)
+        return h.hexdigest()
+
+
+def excluded(name: str, is_dir: bool) -> bool:
+    if is_dir:
+        return name in EXCLUDE_DIRS
+    return name.endswith(EXCLUDE_SUFFIXES)
+
+
+def walk(root: str) -> list[tuple[str, str, int, int, str]]:
+    """Stat every entry below root (no hashing yet: files carry ref None)."""
+    if not os.path.isdir(root) or os.path.islink(root):
+        raise ManifestError(f"{root} is not a directory")
+    st = os.lstat(root)
+    entries = [(".", "d", stat.S_IMODE(st.st_mode), 0, "")]
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        keep = []
+        for name in sorted(dirnames):
+            full = os.path.join(dirpath, name)
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):  # os.walk lists symlinks to dirs as dirs; never follow them
+                entries.append((rel, "l", 0, 0, os.readlink(full)))
+            elif not excluded(name, True):
+                entries.append((rel, "d", stat.S_IMODE(st.st_mode), 0, ""))
+                keep.append(name)
+        dirnames[:] = keep
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if "\n" in rel or "\t" in rel:
+                raise ManifestError(f"path with a tab or newline in {root}: {rel!r}")
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                entries.append((rel, "l", 0, 0, os.readlink(full)))
+            elif stat.S_ISREG(st.st_mode):
+                if not excluded(name, False):
+                    entries.append((rel, "f", stat.S_IMODE(st.st_mode), st.st_size, None))
+            else:
+                raise ManifestError(f"unsupported file type at {full} (mode {st.st_mode:o}): a venv holds only "
+                                    "files, directories and symlinks")
+    entries.sort(key=lambda e: e[0])
+    return entries
+
+
+def scan(root: str, workers: int = HASH_WORKERS) -> list[tuple[str, str, int, int, str]]:
+    """Full manifest of root: every file hashed (sha256), in parallel."""
+    entries = walk(root)
+    files = [i for i, e in enumerate(entries) if e[1] == "f"]
+
+    def one(i: int) -> str:
+        try:
+            return file_sha256(os.path.join(root, entries[i][0]))
+        except OSError as exc:
+            raise ManifestError(f"cannot read {entries[i][0]} in {root}: {exc}") from exc
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        digests = list(pool.map(one, files))
+    for i, d in zip(files, digests):
+        p, k, m, s, _ = entries[i]
+        entries[i] = (p, k, m, s, d)
+    return entries
+
+
+def canonical(entries) -> bytes:
+    return "".join(f"{p}\t{k}\t{m:o}\t{s}\t{r}\n" for p, k, m, s, r in entries).encode()
+
+
+def digest(entries) -> str:
+    return hashlib.sha256(canonical(sorted(entries, key=lambda e: e[0]))).hexdigest()
+
+
+def summary(entries) -> dict:
+    return {
+        "digest": digest(entries),
+        "files": sum(1 for e in entries if e[1] == "f"),
+        "entries": len(entries),
+        "bytes": sum(e[3] for e in entries),
+    }
+
+
+def encode(entries) -> list[list]:
+    """JSON-friendly form (what the venv_manifest module returns and venv_stage takes)."""
+    return [list(e) for e in entries]
+
+
+def decode(data) -> list[tuple[str, str, int, int, str]]:
+    if isinstance(data, str):
+        data = json.loads(data)
+    out = []
+    for item in data:
+        if not isinstance(item, (list, tuple)) or len(item) != 5:
+            raise ManifestError(f"malformed manifest entry: {item!r}")
+        p, k, m, s, r = item
+        if k not in ("f", "d", "l") or os.path.isabs(p) or p.split("/")[0] == ".." or "/../" in f"/{p}/":
+            raise ManifestError(f"malformed manifest entry: {item!r}")
+        out.append((str(p), k, int(m), int(s), "" if r is None else str(r)))
+    out.sort(key=lambda e: e[0])
+    return out
+
+
+def diff(source, target) -> dict:
+    """What must move so that target becomes source.
+
+    send: paths whose entry differs or is missing on the target (sorted, parents before children).
+    delete: paths on the target that the source lacks.  same: count of identical entries.
+    A directory whose mode differs is re-sent as an entry (tar --no-recursion), not with its contents.
+    """
+    src = {e[0]: e for e in source}
+    dst = {e[0]: e for e in target}
+    send = sorted(p for p, e in src.items() if dst.get(p) != e and p != ".")
+    delete = sorted(p for p in dst if p not in src)
+    same = sum(1 for p, e in src.items() if dst.get(p) == e)
+    root_differs = src.get(".") != dst.get(".") if "." in src else False
+    return {"send": send, "delete": delete, "same": same, "root_differs": root_differs,
+            "send_bytes": sum(src[p][3] for p in send)}
+
+
+def first_differences(expected, actual, limit: int = 5) -> list[str]:
+    """Human-readable evidence of how two manifests differ (for error messages)."""
+    a = {e[0]: e for e in expected}
+    b = {e[0]: e for e in actual}
+    out = []
+    for p in sorted(set(a) | set(b)):
+        if a.get(p) == b.get(p):
+            continue
+        if p not in b:
+            out.append(f"missing: {p}")
+        elif p not in a:
+            out.append(f"unexpected: {p}")
+        else:
+            ea, eb = a[p], b[p]
+            fields = [n for n, x, y in zip(("kind", "mode", "size", "content"), ea[1:], eb[1:]) if x != y]
+            out.append(f"differs ({', '.join(fields)}): {p}")
+        if len(out) >= limit:
+            break
+    return out
+
+
+def is_venv(root: str) -> bool:
+    return os.path.isfile(os.path.join(root, "pyvenv.cfg")) and os.path.exists(os.path.join(root, "bin", "python"))
+
+
+def read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def describe(root: str, fact_path: str = "", with_entries: bool = False, must_exist: bool = True) -> dict:
+    """What the venv_manifest module returns: does the venv exist, its manifest summary, its provenance fact."""
+    result = {"path": root, "exists": False, "digest": "", "files": 0, "entries": 0, "bytes": 0,
+              "provenance": read_json(fact_path) if fact_path else None}
+    if not is_venv(root):
+        if must_exist:
+            why = "does not exist" if not os.path.lexists(root) else "is not a venv (no pyvenv.cfg or bin/python)"
+            raise ManifestError(f"{root} {why}")
+        return result
+    entries = scan(root)
+    result.update(summary(entries))
+    result["exists"] = True
+    if with_entries:
+        result["manifest"] = encode(entries)
+    return result

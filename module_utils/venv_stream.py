@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Controller-side venv stream: ``ssh SRC 'tar | zstd' | ssh DST 'zstd -d | tar -x -C STAGE'``.
+
+This file runs ON THE CONTROLLER (the role calls it with ``delegate_to: localhost``); it is not a target-side
+module_utils helper and never runs on the hosts. It opens two ssh connections with the inventory's connection
+variables of the two hosts (ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file,
+ansible_ssh_common_args, ansible_ssh_extra_args; password authentication is not supported) and moves bytes
+from the first to the second with splice(2): the controller relays compressed bytes and counts them, it
+never stores them. ``--via direct`` instead asks the source to ssh to the target itself (the source must
+reach the target and hold a key it accepts).
+
+What moves: with ``--full`` the whole venv (byte-code caches excluded); otherwise the relative paths read
+as a JSON list from stdin (the venv_stage module's ``send`` list). The target side only ever writes into the
+stage directory; the venv_commit module verifies the stage against the source manifest and swaps it in.
+
+Exit status 0 and a one-line JSON report on stdout: bytes relayed, seconds, throughput.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+EXCLUDES = ("__pycache__", "*.pyc")
+
+
+def ssh_argv(conn: dict, remote: str, extra: list[str] | None = None) -> list[str]:
+    """ssh command line for a host from its inventory connection variables (a dict; missing keys = ssh's own)."""
+    argv = ["ssh", "-o", "BatchMode=yes"]
+    if conn.get("port"):
+        argv += ["-p", str(conn["port"])]
+    if conn.get("user"):
+        argv += ["-l", str(conn["user"])]
+    if conn.get("key"):
+        argv += ["-i", str(conn["key"])]
+    argv += shlex.split(conn.get("common_args") or "")
+    argv += shlex.split(conn.get("extra_args") or "")
+    argv += list(extra or [])
+    argv += [str(conn.get("host") or conn["name"]), remote]
+    return argv
+
+
+def _sudo(conn: dict) -> str:
+    return "sudo -n " if conn.get("become") and str(conn.get("user", "root")) != "root" else ""
+
+
+def source_pipeline(conn: dict, path: str, full: bool, zstd_level: int) -> str:
+    """Shell pipeline on the source: a tar stream of the venv (or of the NUL-separated path list on stdin)."""
+    tar = f"{_sudo(conn)}tar -C {shlex.quote(path)} --numeric-owner -cf -"
+    if full:
+        tar += "".join(f" --exclude={shlex.quote(x)}" for x in EXCLUDES) + " ."
+    else:
+        tar += " --null --no-recursion --verbatim-files-from -T -"
+    if zstd_level > 0:
+        tar += f" | zstd -q -T0 -{int(zstd_level)} -c"
+    return tar
+
+
+def source_command(conn: dict, path: str, full: bool, zstd_level: int) -> str:
+    return "bash -o pipefail -c " + shlex.quote(source_pipeline(conn, path, full, zstd_level))
+
+
+def target_command(conn: dict, stage: str, zstd_level: int) -> str:
+    """Remote shell command on the target: unpack into the stage (which venv_stage made and owns)."""
+    tar = f"{_sudo(conn)}tar -C {shlex.quote(stage)} --numeric-owner -xpf -"
+    if zstd_level > 0:
+        tar = "zstd -q -d -c | " + tar
+    guard = f"test -d {shlex.quote(stage)} || {{ echo 'stage {stage} missing: run venv_stage first' >&2; exit 3; }}"
+    return "bash -o pipefail -c " + shlex.quote(f"{guard}; {tar}")
+
+
+def relay(src_fd: int, dst_fd: int, bwlimit: float = 0.0, chunk: int = 1 << 20) -> int:
+    """Move bytes src_fd -> dst_fd until EOF (splice, no copy through Python). bwlimit bytes/s, 0 = none."""
+    moved = 0
+    started = time.monotonic()
+    use_splice = hasattr(os, "splice")
+    while True:
+        if use_splice:
+            try:
+                n = os.splice(src_fd, dst_fd, chunk)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.ENOSYS):
+                    raise
+                use_splice = False
+                continue
+        else:
+            data = os.read(src_fd, chunk)
+            n = len(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(dst_fd, view):]
+        if n == 0:
+            return moved
+        moved += n
+        if bwlimit > 0:
+            ahead = moved / bwlimit - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+
+def stream(src: dict, dst: dict, src_path: str, stage: str, files: list[str] | None, zstd_level: int = 1,
+           via: str = "controller", bwlimit: float = 0.0, timeout: float = 0.0) -> dict:
+    full = files is None
+    listing = b"".join(f.encode() + b"\0" for f in files or [])
+    started = time.monotonic()
+    if via == "direct":
+        inner = " ".join(shlex.quote(a) for a in ssh_argv(dst, target_command(dst, stage, zstd_level)))
+        remote = "bash -o pipefail -c " + shlex.quote(f"{source_pipeline(src, src_path, full, zstd_level)} | {inner}")
+        proc = subprocess.run(ssh_argv(src, remote), input=listing, capture_output=True, check=False,
+                              timeout=timeout or None)
+        if proc.returncode != 0:
+            raise RuntimeError(f"direct stream failed (rc={proc.returncode}): {proc.stderr.decode()[-2000:]}")
+        return {"via": via, "bytes": None, "seconds": round(time.monotonic() - started, 3)}
+    s = subprocess.Popen(ssh_argv(src, source_command(src, src_path, full, zstd_level)), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    d = subprocess.Popen(ssh_argv(dst, target_command(dst, stage, zstd_level)), stdin=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        s.stdin.write(listing)  # small (paths only); tar reads the whole list before it writes much
+        s.stdin.close()
+        try:
+            moved = relay(s.stdout.fileno(), d.stdin.fileno(), bwlimit)
+        except BrokenPipeError:  # the target side ended early: its stderr says why
+            moved = -1
+            s.kill()
+        try:
+            d.stdin.close()
+        except BrokenPipeError:
+            pass
+        deadline = None if not timeout else max(1.0, timeout - (time.monotonic() - started))
+        rc_s = s.wait(timeout=deadline)
+        rc_d = d.wait(timeout=deadline)
+    except BaseException:
+        for p in (s, d):
+            if p.poll() is None:
+                p.kill()
+        raise
+    err_s = s.stderr.read().decode(errors="replace")[-2000:]
+    err_d = d.stderr.read().decode(errors="replace")[-2000:]
+    if rc_s != 0 or rc_d != 0 or moved < 0:
+        raise RuntimeError(f"stream failed: source rc={rc_s} {err_s.strip()!r}; target rc={rc_d} {err_d.strip()!r}")
+    seconds = time.monotonic() - started
+    return {"via": via, "bytes": moved, "seconds": round(seconds, 3),
+            "mb_per_s": round(moved / seconds / 1e6, 1) if seconds > 0 else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", required=True, help="source connection, JSON {host,port,user,key,common_args,...}")
+    ap.add_argument("--dst", required=True, help="target connection, JSON")
+    ap.add_argument("--src-path", required=True, help="venv path on the source")
+    ap.add_argument("--stage", required=True, help="stage directory on the target (made by venv_stage)")
+    ap.add_argument("--full", action="store_true", help="send the whole venv; else read a JSON path list on stdin")
+    ap.add_argument("--zstd-level", type=int, default=1, help="0 = no compression")
+    ap.add_argument("--via", choices=("controller", "direct"), default="controller")
+    ap.add_argument("--bwlimit-mbps", type=float, default=0.0, help="relay limit in MB/s (0 = none)")
+    ap.add_argument("--timeout", type=float, default=0.0, help="seconds (0 = none)")
+    args = ap.parse_args(argv)
+    files = None if args.full else json.load(sys.stdin)
+    if files is not None and not isinstance(files, list):
+        print("stdin must be a JSON list of relative paths", file=sys.stderr)
+        return 2
+    try:
+        report = stream(json.loads(args.src), json.loads(args.dst), args.src_path, args.stage, files,
+                        args.zstd_level, args.via, args.bwlimit_mbps * 1e6, args.timeout)
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    report["files"] = "all" if files is None else len(files)
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
