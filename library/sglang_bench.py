@@ -91,9 +91,24 @@ options:
     type: dict
     default: {}
   provenance:
-    description: Provenance dict added to every row under C(provenance).
+    description:
+      - Controller-side provenance (host group, ...) merged over what the module reads on the target (driver, GPU,
+        CUDA version, the venv fact, model revisions, the service argv); stored in every row under C(provenance).
     type: dict
     default: {}
+  venv_fact_path:
+    description: The venv role's local fact (content hash, sglang version, patch series hash).
+    type: path
+    default: /etc/ansible/facts.d/sglang_venv.fact
+  cuda_home:
+    description: CUDA toolkit directory whose version.json gives the CUDA version.
+    type: path
+    default: ""
+  model_paths:
+    description: Model directories whose .hf_model/manifest.json gives the revision sha (target, drafter).
+    type: list
+    elements: path
+    default: []
 author: sglang-deploy
 """
 
@@ -113,11 +128,11 @@ rows:
   description: Cells measured.
   type: int
   returned: always
-ok:
+ok_cells:
   description: Cells with status ok.
   type: int
   returned: always
-failed:
+failed_cells:
   description: Cells with status timeout or error.
   type: int
   returned: always
@@ -137,10 +152,15 @@ elapsed_s:
   description: Wall time of the matrix.
   type: float
   returned: success
+output_path:
+  description: The JSONL file on the target.
+  type: str
+  returned: success
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.bench_matrix import check_serving, run_matrix, validate_spec
+from ansible.module_utils.bench_provenance import collect
 
 
 def main():
@@ -165,12 +185,16 @@ def main():
             output_path=dict(type="path", required=True),
             labels=dict(type="dict", default={}),
             provenance=dict(type="dict", default={}),
+            venv_fact_path=dict(type="path", default="/etc/ansible/facts.d/sglang_venv.fact"),
+            cuda_home=dict(type="path", default=""),
+            model_paths=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    spec = {k: v for k, v in params.items() if k not in ("labels", "provenance", "output_path")}
-    result = dict(changed=False, rows=0, ok=0, failed=0, failures=[], client=params["client"],
+    spec = {k: v for k, v in params.items()
+            if k not in ("labels", "provenance", "output_path", "venv_fact_path", "cuda_home", "model_paths")}
+    result = dict(changed=False, rows=0, ok_cells=0, failed_cells=0, failures=[], client=params["client"],
                   best_output_throughput=0.0)
     errors = validate_spec(spec)
     if errors:
@@ -180,8 +204,11 @@ def main():
         module.fail_json(msg=reason, **result)
     if module.check_mode:
         module.exit_json(**result)
+    provenance = collect(fact_path=params["venv_fact_path"], cuda_home=params["cuda_home"],
+                         model_paths=params["model_paths"], unit=params["service_unit"])
+    provenance.update(params["provenance"])
     try:
-        summary = run_matrix(spec, labels=params["labels"], provenance=params["provenance"],
+        summary = run_matrix(spec, labels=params["labels"], provenance=provenance,
                              output_path=params["output_path"])
     except ValueError as exc:
         module.fail_json(msg=str(exc), **result)

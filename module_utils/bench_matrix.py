@@ -228,8 +228,10 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
     model = spec.get("model") or served_model(spec["base_url"], spec.get("api_key"))
     if output_path:
         os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-    summary = {"rows": 0, "ok": 0, "failed": 0, "client": client, "best_output_throughput": 0.0,
+    summary = {"rows": 0, "ok_cells": 0, "failed_cells": 0, "client": client, "best_output_throughput": 0.0,
                "failures": [], "output_path": output_path}
+    if output_path:
+        open(output_path, "w").close()  # a rerun of the same run/config replaces its rows
     started = time.monotonic()
     for ctx, conc in cells(spec):
         num_prompts = max(conc * spec["prompts_per_concurrency"], spec["min_prompts"])
@@ -260,11 +262,11 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
         row["finished_at"] = _now()
         summary["rows"] += 1
         if row["status"] == "ok":
-            summary["ok"] += 1
+            summary["ok_cells"] += 1
             summary["best_output_throughput"] = max(summary["best_output_throughput"],
                                                     row.get("output_throughput") or 0.0)
         else:
-            summary["failed"] += 1
+            summary["failed_cells"] += 1
             summary["failures"].append("%s: %s" % (row["cell"], row.get("error")))
         if output_path:
             with open(output_path, "a") as handle:

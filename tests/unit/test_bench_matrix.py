@@ -80,7 +80,7 @@ def test_run_matrix_writes_one_row_per_cell_with_provenance(tmp_path):
                                           labels={"run": "r1", "config": "cfg", "host": "h"},
                                           provenance=prov, output_path=str(out))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert summary["rows"] == 4 and summary["ok"] == 4 and summary["failed"] == 0
+    assert summary["rows"] == 4 and summary["ok_cells"] == 4 and summary["failed_cells"] == 0
     assert summary["client"] == "builtin"
     assert [r["cell"] for r in rows] == ["ctx4_c1", "ctx4_c8", "ctx16_c1", "ctx16_c8"]
     for r in rows:
@@ -101,7 +101,7 @@ def test_failed_cell_is_recorded_and_matrix_moves_on(tmp_path):
         summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1, 2]),
                                           output_path=str(out))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert summary["failed"] == 2 and len(rows) == 2
+    assert summary["failed_cells"] == 2 and len(rows) == 2
     assert all(r["status"] == "error" and "HTTP 500" in r["error"] for r in rows)
     assert rows[0]["output_throughput"] is None
 

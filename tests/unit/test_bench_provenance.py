@@ -1,0 +1,56 @@
+"""module_utils.bench_provenance: every source read truthfully, a missing one recorded as missing."""
+import json
+import subprocess
+
+from module_utils import bench_provenance as bp
+
+
+def fake_run(stdout="", rc=0, exc=None):
+    def run(argv, **kw):
+        if exc:
+            raise exc
+        return subprocess.CompletedProcess(argv, rc, stdout=stdout, stderr="boom" if rc else "")
+    return run
+
+
+def test_nvidia_smi_parsing_and_absence():
+    out = "580.65.06, NVIDIA B300\n580.65.06, NVIDIA B300\n"
+    assert bp.nvidia_smi(fake_run(out)) == ("580.65.06", "2x NVIDIA B300")
+    assert bp.nvidia_smi(fake_run(exc=FileNotFoundError()))[0].startswith("none: nvidia-smi not runnable")
+    assert bp.nvidia_smi(fake_run(rc=9))[0] == "none: nvidia-smi rc=9 boom"
+    assert bp.nvidia_smi(fake_run(""))[0] == "none: nvidia-smi listed no GPU"
+
+
+def test_cuda_version(tmp_path):
+    (tmp_path / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK", "version": "13.0.1"}}))
+    assert bp.cuda_version(str(tmp_path)) == "13.0.1"
+    assert bp.cuda_version(str(tmp_path / "nope")).startswith("none: ")
+    assert bp.cuda_version("") == "none: no cuda_home"
+
+
+def test_venv_fact(tmp_path):
+    fact = tmp_path / "sglang_venv.fact"
+    fact.write_text(json.dumps({"content_hash": "c0ffee", "sglang_version": "0.5.11", "patch_series_hash": "p4",
+                                "python_version": "3.11.2", "method": "stream", "path": "/opt/sglang/venv"}))
+    out = bp.venv_fact(str(fact))
+    assert out["venv_content_hash"] == "c0ffee" and out["sglang_version"] == "0.5.11"
+    assert out["patch_series_hash"] == "p4" and out["venv_method"] == "stream"
+    assert bp.venv_fact(str(tmp_path / "missing"))["venv"].startswith("none: ")
+
+
+def test_model_revisions(tmp_path):
+    model = tmp_path / "Kimi"
+    (model / ".hf_model").mkdir(parents=True)
+    (model / ".hf_model" / "manifest.json").write_text(json.dumps({"version": 1, "repo_id": "org/Kimi",
+                                                                   "revision": "a" * 40, "files": {}}))
+    out = bp.model_revisions([str(model), str(tmp_path / "draft"), ""])
+    assert out[str(model)] == "org/Kimi@" + "a" * 40
+    assert out[str(tmp_path / "draft")].startswith("none: ")
+    assert len(out) == 2
+
+
+def test_collect_has_every_key(tmp_path):
+    prov = bp.collect(fact_path=str(tmp_path / "f"), cuda_home=str(tmp_path), model_paths=[], unit="",
+                      run=fake_run(exc=FileNotFoundError()))
+    assert set(prov) >= {"driver", "gpu", "cuda", "venv", "model_revision", "flags"}
+    assert prov["flags"] == []
