@@ -116,9 +116,14 @@ def capture(unit: str, probe: Probe | None = None):
 
 
 def start(unit: str, action: str, probe: Probe | None = None):
-    """Capture the current state, then `systemctl <action> --no-block`; returns the captured (stale) state."""
+    """Capture the current state, reset-failed, then `systemctl <action> --no-block`; returns the captured state."""
     probe = probe or Probe()
     before = probe.show(unit)
+    # An operator's (re)start must not be refused by the crash-loop limiter (StartLimitBurst) of earlier runs.
+    try:
+        probe.systemctl("reset-failed", unit, no_block=False)
+    except systemd_unit.SystemdError:
+        pass  # nothing to reset
     probe.systemctl(action, unit)
     return before
 

@@ -47,7 +47,7 @@ class Scripted:
     def probe(self):
         return r.Probe(
             show=lambda unit: self.state_at(self.now),
-            systemctl=lambda action, unit: None,
+            systemctl=lambda action, unit, no_block=True: None,
             journal=lambda unit, inv, n: self.journal_calls.append(inv) or JOURNAL,
             listeners=lambda port: self.listener_script(self.now),
             unit_pids=self.pids,
