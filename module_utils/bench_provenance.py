@@ -93,11 +93,27 @@ def model_revisions(model_paths):
     return out
 
 
+MODEL_FLAGS = ("--model-path", "--model", "--speculative-draft-model-path", "--speculative-draft-model")
+
+
+def model_paths_from_argv(argv):
+    """Model directories the running server was started with (target, then drafter)."""
+    out = []
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in MODEL_FLAGS:
+            path = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if path and path not in out:
+                out.append(path)
+    return out
+
+
 def collect(fact_path="/etc/ansible/facts.d/sglang_venv.fact", cuda_home="", model_paths=None, unit="",
             run=subprocess.run):
+    """Every provenance field; model paths default to those in the running server's argv."""
     driver, gpu = nvidia_smi(run)
     prov = {"driver": driver, "gpu": gpu, "cuda": cuda_version(cuda_home)}
     prov.update(venv_fact(fact_path))
-    prov["model_revision"] = model_revisions(model_paths)
     prov["flags"] = service_argv(unit) if unit else []
+    prov["model_revision"] = model_revisions(model_paths or model_paths_from_argv(prov["flags"]))
     return prov

@@ -54,3 +54,10 @@ def test_collect_has_every_key(tmp_path):
                       run=fake_run(exc=FileNotFoundError()))
     assert set(prov) >= {"driver", "gpu", "cuda", "venv", "model_revision", "flags"}
     assert prov["flags"] == []
+
+
+def test_model_paths_from_the_running_argv():
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "/srv/models/K", "--port", "1",
+            "--speculative-draft-model-path=/srv/models/D", "--model-path", "/srv/models/K"]
+    assert bp.model_paths_from_argv(argv) == ["/srv/models/K", "/srv/models/D"]
+    assert bp.model_paths_from_argv(["--model-path"]) == []
