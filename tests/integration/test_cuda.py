@@ -1,0 +1,65 @@
+"""cuda role on lab hosts: the pip route for real (CUDA 13.0 wheels through the lab proxy) and the driver gate.
+
+Lab hosts declare no GPU: the gate must say so (skipped, with a warning) and must fail, before any change,
+when a host is told to expect GPUs it does not have.
+"""
+import pytest
+
+LAB_NAME = "cuda"
+HOST = "b300-lab"
+CLEAN = ("rm -rf /opt/cuda-13.0-pip /usr/local/cuda-13.0 /etc/profile.d/cuda.sh /etc/ld.so.conf.d/cuda-13-0.conf"
+         " && ldconfig")
+
+
+@pytest.fixture(scope="module")
+def clean_host(lab):
+    lab.ssh(HOST, CLEAN)
+    yield
+    lab.ssh(HOST, CLEAN, check=False)
+
+
+def test_gate_fails_before_any_change_when_gpus_are_expected(lab, playbook, clean_host):
+    run = playbook("playbooks/cuda.yml", limit=HOST,
+                   extravars={"deploy_gpu_count": 8, "deploy_gpu_compute_capability": "10.3"})
+    assert run.rc != 0
+    gate = run.result("Read the GPUs and run the driver gate (count, compute capability, driver)", HOST)
+    assert gate["_event"] == "runner_on_failed"
+    assert "expected 8 GPU(s), found 0" in gate["msg"] and "nvidia-smi not found" in gate["msg"], gate["msg"]
+    assert run.changed_count(HOST) == 0
+    assert lab.ssh(HOST, "test -e /usr/local/cuda-13.0 || test -e /opt/cuda-13.0-pip", check=False).returncode == 1
+
+
+def test_pip_route_installs_real_nvcc_13_0_and_is_idempotent(lab, playbook, clean_host):
+    first = playbook("playbooks/cuda.yml", limit=HOST)
+    assert first.rc == 0, first.stdout[-3000:]
+    assert first.changed_count(HOST) > 0
+    # the gate says loudly that it did not run, and never reports a pass
+    gate = first.result("Read the GPUs and run the driver gate (count, compute capability, driver)", HOST)
+    assert gate["gate"]["status"] == "skipped"
+    assert any("driver gate NOT run" in w for w in gate.get("warnings", [])), gate
+    report = first.result("Report the driver gate", HOST)
+    assert report["msg"].startswith("GPU DRIVER GATE SKIPPED on b300-lab")
+    # the real nvcc from the wheels, through /usr/local/cuda-13.0, in a login shell
+    out = lab.ssh(HOST, "bash -lc 'echo $CUDA_HOME; command -v nvcc; nvcc --version; readlink -f $CUDA_HOME/bin/nvcc;"
+                        " ldconfig -p | grep libcudart.so.13'").stdout
+    assert out.splitlines()[:2] == ["/usr/local/cuda-13.0", "/usr/local/cuda-13.0/bin/nvcc"]
+    assert "Cuda compilation tools, release 13.0, V13.0." in out
+    assert "/opt/cuda-13.0-pip/lib/python3.11/site-packages/nvidia/cu13/bin/nvcc" in out
+    assert "=> /usr/local/cuda-13.0/lib64/libcudart.so.13" in out
+
+    second = playbook("playbooks/cuda.yml", limit=HOST)
+    assert second.rc == 0 and second.changed_count(HOST) == 0, second.stdout[-3000:]
+    check = playbook("playbooks/cuda.yml", limit=HOST, check=True)
+    assert check.rc == 0 and check.changed_count(HOST) == 0, check.stdout[-3000:]
+
+
+def test_pip_route_refuses_an_apt_toolkit_in_cuda_home(lab, playbook, clean_host):
+    lab.ssh(HOST, "rm -rf /usr/local/cuda-13.0 && mkdir -p /usr/local/cuda-13.0/bin")
+    try:
+        run = playbook("playbooks/cuda.yml", limit=HOST)
+        assert run.rc != 0
+        res = run.result("Refuse to mix the apt and pip layouts in cuda_home", HOST)
+        assert res["_event"] == "runner_on_failed" and "a real directory" in res["msg"]
+        assert run.changed_count(HOST) == 0
+    finally:
+        lab.ssh(HOST, CLEAN)
