@@ -1,0 +1,177 @@
+"""The venv role on the lab: build the lab flavour on ct200-lab (real PyPI wheels through the lab proxy, the
+SGLang stand-in, the lab patch series), stream it to b300-lab, repair a corrupted file, survive a killed
+transfer, refuse bad input before the target changes. Tests run in file order and share the lab "venv"."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from module_utils import venv_patch
+
+LAB_NAME = "venv"
+ROOT = Path(__file__).resolve().parents[2]
+VENV = "/opt/sglang/venv"
+STAGE = "/opt/sglang/.venv.stage"
+FACT = "/etc/ansible/facts.d/sglang_venv.fact"
+PLAYBOOK = "playbooks/venv.yml"
+STREAM = {"venv_method": "stream", "venv_stream_source": "ct200-lab"}
+SERIES_DIR = ROOT / "roles/venv/files/patches/lab"
+SERIES_HASH = venv_patch.series_hash(str(SERIES_DIR), venv_patch.read_series(str(SERIES_DIR)))
+MANIFEST_SRC = (ROOT / "module_utils/venv_manifest.py").read_text()
+
+
+def remote_summary(lab, host: str, path: str = VENV) -> dict:
+    """Content hash of a venv computed on the host itself by the same manifest code the modules use."""
+    code = MANIFEST_SRC + f"\nimport json\nprint(json.dumps(summary(scan({path!r}))))\n"
+    return json.loads(lab.ssh(host, "python3 -", input=code).stdout)
+
+
+def fact(lab, host: str) -> dict:
+    return json.loads(lab.ssh(host, f"cat {FACT}").stdout)
+
+
+def sh(lab, host: str, cmd: str) -> str:
+    return lab.ssh(host, cmd).stdout.strip()
+
+
+def test_build_lab_flavour_then_noop(lab, playbook):
+    run = playbook(PLAYBOOK, limit="ct200-lab", extravars={"venv_method": "build"})
+    assert run.rc == 0, run.stdout[-5000:]
+    src = remote_summary(lab, "ct200-lab")
+    f = fact(lab, "ct200-lab")
+    assert f["content_hash"] == src["digest"] and f["patch_series_hash"] == SERIES_HASH
+    assert f["sglang_version"] == "0.5.23.post0+standin" and f["python_version"].startswith("3.11.")
+    assert f["method"] == "build" and f["flavour"] == "lab" and len(f["recipe_hash"]) == 64
+    # the patch series is in the installed six, in order; pins and the stand-in import
+    out = sh(lab, "ct200-lab", f"{VENV}/bin/python -c 'import six, idna, sglang_standin; print(six.lab_patched())'")
+    assert out == "('0001', '0002')"
+    # shebangs carry the live path although the build happened in the stage
+    assert sh(lab, "ct200-lab", f"head -n1 {VENV}/bin/pip").startswith(f"#!{VENV}/bin/python")
+    assert sh(lab, "ct200-lab", f"ls -a {os.path.dirname(VENV)}").split() == [".", "..", "venv"]
+
+    again = playbook(PLAYBOOK, limit="ct200-lab", extravars={"venv_method": "build"})
+    assert again.rc == 0, again.stdout[-4000:]
+    assert again.changed_count("ct200-lab") == 0, again.stdout[-4000:]
+    assert again.result("Build the venv (skipped when the live venv matches the recipe and its recorded content)",
+                        "ct200-lab")["built"] is False
+
+
+def test_stream_to_b300_then_second_run_moves_nothing(lab, playbook):
+    run = playbook(PLAYBOOK, extravars=STREAM)
+    assert run.rc == 0, run.stdout[-5000:]
+    stage = run.result("Compare with the source and prepare the stage", "b300-lab")
+    assert stage["full"] or stage["send_count"] > 0
+    src, dst = remote_summary(lab, "ct200-lab"), remote_summary(lab, "b300-lab")
+    assert dst["digest"] == src["digest"] and dst["files"] == src["files"] > 10
+    f = fact(lab, "b300-lab")
+    assert f["content_hash"] == src["digest"] and f["method"] == "stream" and f["source"] == "ct200-lab"
+    assert f["patch_series_hash"] == SERIES_HASH and f["sglang_version"] == "0.5.23.post0+standin"
+    assert sh(lab, "b300-lab", f"{VENV}/bin/python -c 'import six; print(six.lab_patched())'") == "('0001', '0002')"
+    assert any(r["_host"] == "b300-lab" for r in run.results("Report the venv swap"))  # the swap notified
+    inode = sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg")
+
+    again = playbook(PLAYBOOK, extravars=STREAM)
+    assert again.rc == 0, again.stdout[-4000:]
+    assert again.changed_count("b300-lab") == 0 and again.changed_count("ct200-lab") == 0, again.stdout[-4000:]
+    assert again.result("Compare with the source and prepare the stage", "b300-lab")["in_sync"] is True
+    moved = again.result("Stream the differing files from the source into the stage (controller-side ssh relay)",
+                         "b300-lab")
+    assert moved["_event"] == "runner_on_skipped"  # no transfer at all: no bytes moved
+    assert not again.results("Report the venv swap")
+    assert sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg") == inode
+
+
+def test_corrupted_file_is_detected_and_repaired(lab, playbook):
+    six = f"{VENV}/lib/python3.11/site-packages/six.py"
+    good = remote_summary(lab, "ct200-lab")["digest"]
+    sh(lab, "b300-lab", f"echo 'raise SystemExit(3)' >> {six}")
+    untouched_inode = sh(lab, "b300-lab", f"stat -c %i {VENV}/lib/python3.11/site-packages/idna/core.py")
+
+    check = playbook(PLAYBOOK, limit="b300-lab", extravars=STREAM, check=True)
+    assert check.rc == 0, check.stdout[-4000:]
+    assert check.result("Compare with the source and prepare the stage", "b300-lab")["in_sync"] is False
+    assert sh(lab, "b300-lab", f"tail -n1 {six}") == "raise SystemExit(3)"  # check mode changed nothing
+    assert sh(lab, "b300-lab", f"test -e {STAGE} && echo yes || echo no") == "no"
+
+    run = playbook(PLAYBOOK, limit="b300-lab", extravars=STREAM)
+    assert run.rc == 0, run.stdout[-5000:]
+    stage = run.result("Compare with the source and prepare the stage", "b300-lab")
+    assert stage["send"] == ["lib/python3.11/site-packages/six.py"] and stage["delete"] == []
+    assert remote_summary(lab, "b300-lab")["digest"] == good
+    # only the corrupted file travelled: the others are the same inodes (hard-linked into the stage)
+    assert sh(lab, "b300-lab", f"stat -c %i {VENV}/lib/python3.11/site-packages/idna/core.py") == untouched_inode
+    assert sh(lab, "b300-lab", f"{VENV}/bin/python -c 'import six; print(six.lab_patched())'") == "('0001', '0002')"
+
+
+def test_killed_transfer_leaves_live_venv_intact(lab):
+    before = remote_summary(lab, "b300-lab")["digest"]
+    sh(lab, "ct200-lab", f"head -c 48M /dev/urandom > {VENV}/big.bin")
+    env = {**os.environ, "LAB_NAME": lab.name, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONPATH": str(ROOT)}
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab", PLAYBOOK, "-l", "b300-lab",
+           "-e", json.dumps({**STREAM, "venv_stream_bwlimit_mbps": 4})]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        size = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            out = lab.ssh("b300-lab", f"stat -c %s {STAGE}/big.bin 2>/dev/null || echo 0", check=False).stdout
+            size = int(out.strip() or 0)
+            if size > 1 << 20:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None and 0 < size < 48 << 20, f"transfer not caught midway (size {size})"
+        os.killpg(proc.pid, signal.SIGKILL)  # the playbook and its ssh relay, all at once
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    # the live venv is exactly what it was, and works
+    assert remote_summary(lab, "b300-lab")["digest"] == before
+    assert sh(lab, "b300-lab", f"test -e {VENV}/big.bin && echo yes || echo no") == "no"
+    assert sh(lab, "b300-lab", f"{VENV}/bin/python -c 'import six; print(six.lab_patched())'") == "('0001', '0002')"
+
+    from tests.integration.conftest import run_playbook
+    run = run_playbook(lab, PLAYBOOK, limit="b300-lab", extravars=STREAM)
+    assert run.rc == 0, run.stdout[-5000:]
+    stage = run.result("Compare with the source and prepare the stage", "b300-lab")
+    assert any("removed stale" in a for a in stage["recovered"]) and stage["send"] == ["big.bin"]
+    assert remote_summary(lab, "b300-lab")["digest"] == remote_summary(lab, "ct200-lab")["digest"]
+    # back to the built venv on both hosts for the tests after this one
+    sh(lab, "ct200-lab", f"rm {VENV}/big.bin")
+    run = run_playbook(lab, PLAYBOOK, limit="b300-lab", extravars=STREAM)
+    assert run.rc == 0 and run.result("Compare with the source and prepare the stage", "b300-lab")["delete"] == \
+        ["big.bin"]
+
+
+@pytest.mark.parametrize("case", ["unknown_flavour", "missing_patch_file", "empty_ddtree_series", "source_without_venv"])
+def test_bad_input_fails_before_the_target_changes(lab, playbook, tmp_path, case):
+    before = sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg; md5sum {FACT}")
+    extravars = {"venv_method": "build"}
+    if case == "unknown_flavour":
+        extravars["venv_flavour"] = "bogus"
+        expect = "venv_flavour=bogus"
+    elif case == "missing_patch_file":
+        (tmp_path / "series").write_text("0001-six-lab-marker.patch\n0009-not-there.patch\n")
+        (tmp_path / "0001-six-lab-marker.patch").write_text((SERIES_DIR / "0001-six-lab-marker.patch").read_text())
+        extravars["venv_patch_source_dir"] = str(tmp_path)
+        expect = "names missing patch file(s): 0009-not-there.patch"
+    elif case == "empty_ddtree_series":
+        extravars.update({"venv_flavour": "ddtree", "venv_ddtree_patch_dir": str(tmp_path)})
+        expect = "holds no patches"
+    else:
+        extravars = {**STREAM, "venv_path": "/opt/nothing/venv"}
+        expect = "stream source ct200-lab has no usable venv"
+    run = playbook(PLAYBOOK, limit="b300-lab", extravars=extravars)
+    assert run.rc != 0
+    assert expect in run.stdout, run.stdout[-3000:]
+    assert run.changed_count("b300-lab") == 0
+    assert sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg; md5sum {FACT}") == before
+    assert sh(lab, "b300-lab", "test -e /opt/nothing && echo yes || echo no") == "no"
