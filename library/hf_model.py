@@ -1,0 +1,235 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: bring a directory to a pinned Hugging Face Hub revision (resumable, verified)."""
+from __future__ import absolute_import, division, print_function
+
+DOCUMENTATION = r"""
+---
+module: hf_model
+short_description: Fetch a Hugging Face Hub model repository at a pinned revision, resumably and verified
+description:
+  - Resolves I(revision) to its commit sha, lists the tree (huggingface_hub HfApi when importable, else a stdlib
+    client speaking the same protocol), refuses hostile entries (absolute paths, C(..), duplicates, sizes that
+    disagree), and fetches what the verified manifest (C(<dest>/.hf_model/manifest.json)) does not vouch for.
+  - Bytes move with hf_transfer in child processes. Resume uses the sparse map of each partial file, so a rerun
+    after any interruption re-fetches at most I(connections) x I(chunk_size_mb) MiB per file that was in flight.
+  - Every LFS file is checked against the Hub sha256, every other file against its git blob sha1, before it is
+    moved into place; a mismatch deletes it and fetches it again (bounded by I(hash_retries)).
+  - A byte-progress watchdog kills a transfer that made no progress for I(stall_timeout) seconds and retries it
+    with exponential backoff (at most I(retries) times per file).
+  - Progress is written to C(<dest>/.hf_model/progress.json) about once a second (see hf_model_progress).
+  - Runs on the target. hf_transfer must be importable by the interpreter that runs the module (the models role
+    runs it from its tool venv); check mode needs only the standard library.
+options:
+  repo_id:
+    description: Repository id, C(namespace/name).
+    type: str
+    required: true
+  revision:
+    description: Branch, tag or full commit sha. A sha must come back unchanged.
+    type: str
+    default: main
+  dest:
+    description: Model directory. Created when missing; C(.hf_model/) inside it holds the manifest, progress, lock and partial files.
+    type: path
+    required: true
+  endpoint:
+    description: Hub endpoint (HF_ENDPOINT).
+    type: str
+    default: https://huggingface.co
+  token:
+    description: Hub access token. Sent to the Hub host only (never to the LFS file server), never written to disk.
+    type: str
+  allow_patterns:
+    description: Fetch only files matching one of these fnmatch patterns (a trailing C(/) matches a directory).
+    type: list
+    elements: str
+    default: []
+  ignore_patterns:
+    description: Skip files matching one of these fnmatch patterns.
+    type: list
+    elements: str
+    default: []
+  verify:
+    description:
+      - C(quick) trusts manifest entries whose size and mtime are unchanged (a rerun is O(files)); other files
+        are hashed. C(full) rehashes every file, in parallel across files.
+    type: str
+    choices: [quick, full]
+    default: quick
+  fetch:
+    description: When false, fail instead of fetching anything missing (a pure verification pass).
+    type: bool
+    default: true
+  lanes:
+    description: Files transferred at the same time (one hf_transfer process each).
+    type: int
+    default: 2
+  connections:
+    description: Parallel ranged requests per file (hf_transfer max_files).
+    type: int
+    default: 8
+  chunk_size_mb:
+    description: Size of each ranged request in MiB (hf_transfer chunk_size).
+    type: int
+    default: 8
+  stall_timeout:
+    description: Seconds without byte progress after which a transfer is killed and retried.
+    type: int
+    default: 60
+  retries:
+    description: Attempts per file after the first before the run fails.
+    type: int
+    default: 5
+  inner_retries:
+    description: hf_transfer's own per-chunk retries on a direct transfer (0 disables them).
+    type: int
+    default: 3
+  hash_retries:
+    description: Fresh fetches of a file whose hash did not match before the run fails.
+    type: int
+    default: 2
+  backoff:
+    description: First retry delay in seconds; doubles per attempt (a 429 Retry-After wins).
+    type: float
+    default: 2.0
+  backoff_max:
+    description: Largest retry delay in seconds.
+    type: float
+    default: 60.0
+  free_space_margin_mb:
+    description: Free space that must remain after the bytes still to fetch; checked before fetching.
+    type: int
+    default: 1024
+  lock_timeout:
+    description: Seconds to wait for a previous worker on the same directory to stop (it is asked, then killed).
+    type: int
+    default: 60
+  name:
+    description: Label used in progress lines (default the basename of I(dest)).
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: Reports the files and bytes that would be fetched and whether the free space suffices; changes nothing.
+author:
+  - sglang-deploy
+"""
+
+EXAMPLES = r"""
+- name: Fetch the drafter (long runs: use async + hf_model_progress, as roles/models does)
+  hf_model:
+    repo_id: example-org/Kimi-K2.6-DFlash
+    revision: 0123456789abcdef0123456789abcdef01234567
+    dest: /srv/models/Kimi-K2.6-DFlash
+    token: "{{ models_hf_token }}"
+  no_log: false
+  vars:
+    ansible_python_interpreter: /opt/sglang/hf-tools/bin/python
+"""
+
+RETURN = r"""
+sha:
+  description: Commit sha the revision resolved to (recorded in the manifest).
+  type: str
+  returned: always
+files_total:
+  description: Files selected from the tree.
+  type: int
+  returned: always
+bytes_total:
+  description: Their total size.
+  type: int
+  returned: always
+files_to_fetch:
+  description: Files the manifest did not vouch for and that were absent or of the wrong size.
+  type: int
+  returned: always
+bytes_to_fetch:
+  description: Their total size.
+  type: int
+  returned: always
+would_fetch:
+  description: Paths of those files (first 200).
+  type: list
+  returned: always
+free_bytes:
+  description: Free bytes on the filesystem of dest.
+  type: int
+  returned: always
+files_fetched:
+  description: Files fetched and verified by this run.
+  type: int
+  returned: when fetching
+bytes_fetched:
+  description: Bytes received by this run (including failed attempts).
+  type: int
+  returned: when fetching
+bytes_resumed:
+  description: Bytes of partial files kept from an interrupted run.
+  type: int
+  returned: when fetching
+manifest:
+  description: Path of the verified manifest.
+  type: str
+  returned: always
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible.module_utils.hf_sync import SyncError, sync
+    from ansible.module_utils.hf_hub import HubError
+except ImportError:  # pragma: no cover - plain python (tests) path
+    from module_utils.hf_sync import SyncError, sync
+    from module_utils.hf_hub import HubError
+
+ARGS = dict(
+    repo_id=dict(type="str", required=True),
+    revision=dict(type="str", default="main"),
+    dest=dict(type="path", required=True),
+    endpoint=dict(type="str", default="https://huggingface.co"),
+    token=dict(type="str", no_log=True),
+    allow_patterns=dict(type="list", elements="str", default=[]),
+    ignore_patterns=dict(type="list", elements="str", default=[]),
+    verify=dict(type="str", choices=["quick", "full"], default="quick"),
+    fetch=dict(type="bool", default=True),
+    lanes=dict(type="int", default=2),
+    connections=dict(type="int", default=8),
+    chunk_size_mb=dict(type="int", default=8),
+    stall_timeout=dict(type="int", default=60),
+    retries=dict(type="int", default=5),
+    inner_retries=dict(type="int", default=3),
+    hash_retries=dict(type="int", default=2),
+    backoff=dict(type="float", default=2.0),
+    backoff_max=dict(type="float", default=60.0),
+    free_space_margin_mb=dict(type="int", default=1024),
+    lock_timeout=dict(type="int", default=60),
+    name=dict(type="str"),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGS, supports_check_mode=True)
+    p = module.params
+    for key in ("lanes", "connections", "chunk_size_mb", "stall_timeout"):
+        if p[key] < 1:
+            module.fail_json(msg="%s must be >= 1, got %d" % (key, p[key]))
+    for key in ("retries", "inner_retries", "hash_retries", "free_space_margin_mb"):
+        if p[key] < 0:
+            module.fail_json(msg="%s must be >= 0, got %d" % (key, p[key]))
+    try:
+        result = sync(dict(p), check_mode=module.check_mode)
+    except SyncError as err:
+        module.fail_json(msg=str(err), **err.evidence)
+    except HubError as err:
+        module.fail_json(msg=str(err), error_code=err.code, http_status=err.status)
+    except Exception as err:  # pylint: disable=broad-except
+        module.fail_json(msg="%s: %s" % (type(err).__name__, err), exception=traceback.format_exc())
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

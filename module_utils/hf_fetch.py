@@ -1,0 +1,970 @@
+# -*- coding: utf-8 -*-
+"""Resumable transfer of Hub files with hf_transfer: sparse-map bookkeeping, fill window, stall watchdog.
+
+hf_transfer 0.1.9 downloads one URL into one file (a `Range: bytes=0-0` probe for the size, then `max_files`
+parallel ranged chunks of `chunk_size`, each written at its offset once the whole chunk arrived), keeps no
+state, deletes its output on error, holds the GIL while it runs and sets no read timeout. Resume is built
+around it, not inside it:
+
+* Lanes. Every hf_transfer call runs in a lane, a child process (the GIL and a hung transfer stay out of the
+  watchdog's way; PR_SET_PDEATHSIG kills it with its parent). One file per lane; lanes work on different files.
+* Bookkeeping = the file's own sparse map. A file is built in <dir>/.hf_model/parts/<id>/data, created empty, so
+  every region hf_transfer has not written is a hole. hf_transfer writes a chunk only after receiving all of it,
+  so after any interruption (stall, network error, SIGKILL, reboot: unflushed delayed-allocation pages come back
+  as holes) the chunks that are complete are exactly the chunk ranges without a hole (SEEK_HOLE); at most the
+  `max_files` chunks in flight are incomplete: max_files x chunk_size = 8 x 8 MiB = 64 MiB per file by default.
+  journal.json beside it pins what the bytes are (path, size, expected hash); a different file starts over.
+  A hardlink data.keep survives hf_transfer's delete-on-error.
+* First attempt: hf_transfer fetches the Hub URL directly (after our own probe has checked that the server honours
+  Range and that its size is the tree's size). Resume: hf_transfer fetches a loopback *fill window* that stands
+  for the same file: a chunk already on disk is answered 206 with an empty body (hf_transfer writes nothing), a
+  chunk with a hole is forwarded upstream as an absolute Range request, checked (206, exact Content-Range, the
+  tree's total, full length) and streamed through. So a rerun re-fetches only chunks with holes.
+* Watchdog: no byte progress (the lane's /proc/<pid>/io rchar, or the window's byte counter) for `stall_timeout`
+  seconds kills the lane (SIGKILL) and retries that file in fill mode after exponential backoff (Retry-After for
+  429), at most `retries` times; then the run fails naming the file, the bytes done and the last error. ENOSPC and
+  size lies fail at once (ENOSPC keeps the partial file for a later resume).
+* Verification: a file is moved into place only when its hash matches (sha256 for LFS, git blob sha1 otherwise);
+  hashing runs in a thread while lanes fetch the next files. A mismatch deletes the file and fetches it again, at
+  most `hash_retries` times, then fails with both hashes.
+"""
+from __future__ import absolute_import, division, print_function
+
+import errno
+import hashlib
+import http.client
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+try:
+    from ansible.module_utils.hf_verify import hash_file, fsync_dir
+except ImportError:
+    from module_utils.hf_verify import hash_file, fsync_dir
+
+MiB = 1 << 20
+STATE_DIR = ".hf_model"
+
+LANE_CODE = r"""
+import ctypes, json, sys
+try:
+    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG: die with the parent
+except Exception:
+    pass
+import hf_transfer
+for line in sys.stdin:
+    job = json.loads(line)
+    kw = {}
+    if job.get("retries"):
+        kw["max_retries"] = job["retries"]
+        kw["parallel_failures"] = job["parallel_failures"]
+    if job.get("headers"):
+        kw["headers"] = job["headers"]
+    try:
+        hf_transfer.download(job["url"], job["file"], job["max_files"], job["chunk_size"], **kw)
+        out = {"id": job["id"], "ok": True}
+    except Exception as err:
+        out = {"id": job["id"], "ok": False, "error": str(err)}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+"""
+
+
+class FetchError(Exception):
+    """Final failure of a transfer: names the file, the bytes done and the last error."""
+
+    def __init__(self, msg, path=None, bytes_done=0, last_error=None, kind="transfer"):
+        super(FetchError, self).__init__(msg)
+        self.path = path
+        self.bytes_done = bytes_done
+        self.last_error = last_error
+        self.kind = kind
+
+
+class UpstreamError(Exception):
+    def __init__(self, msg, fatal=False, retry_after=None):
+        super(UpstreamError, self).__init__(msg)
+        self.fatal = fatal
+        self.retry_after = retry_after
+
+
+def part_id(path):
+    return hashlib.sha256(path.encode("utf-8")).hexdigest()[:20]
+
+
+def write_json_atomic(path, obj, mode=0o600):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def has_hole(fd, start, end):
+    """True when [start, end] (inclusive) of the file is not entirely written (a hole, or beyond EOF)."""
+    try:
+        return os.lseek(fd, start, os.SEEK_HOLE) <= end
+    except OSError as err:
+        if err.errno == errno.ENXIO:
+            return True
+        raise
+
+
+def data_bytes(fd, size):
+    """Bytes of [0, size) that are written (not holes)."""
+    total, pos = 0, 0
+    while pos < size:
+        try:
+            d = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno == errno.ENXIO:
+                break
+            raise
+        if d >= size:
+            break
+        h = min(os.lseek(fd, d, os.SEEK_HOLE), size)
+        total += h - d
+        pos = h
+    return total
+
+
+def sparse_supported(directory):
+    """Does this filesystem report holes? (Without it resume cannot tell written chunks from holes.)"""
+    path = os.path.join(directory, ".sparse-probe.%d" % os.getpid())
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, 8 * MiB)
+            os.pwrite(fd, b"x" * 4096, 4 * MiB)
+            return os.lseek(fd, 0, os.SEEK_DATA) >= MiB
+        finally:
+            os.close(fd)
+            os.unlink(path)
+    except OSError:
+        return False
+
+
+# ---- upstream HTTP ----------------------------------------------------------------------------------------------
+
+class Upstream:
+    """Ranged GETs against the Hub / its file server, with a small keep-alive connection pool and env proxies."""
+
+    def __init__(self, token=None, timeout=60.0):
+        self.token = token
+        self.timeout = timeout
+        self.lock = threading.Lock()
+        self.pool = {}
+        self.proxies = urllib.request.getproxies()
+
+    def _new_conn(self, scheme, netloc):
+        conn, absolute = self._make_conn(scheme, netloc)
+        conn.hf_absolute = absolute
+        return conn
+
+    def _make_conn(self, scheme, netloc):
+        host, _, port = netloc.rpartition(":") if netloc.count(":") == 1 else (netloc, "", "")
+        port = int(port) if port else (443 if scheme == "https" else 80)
+        host = host or netloc
+        proxy = None if urllib.request.proxy_bypass(host) else self.proxies.get(scheme)
+        if proxy:
+            p = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
+            if scheme == "https":
+                conn = http.client.HTTPSConnection(p.hostname, p.port or 80, timeout=self.timeout)
+                conn.set_tunnel(host, port)
+                return conn, False
+            return http.client.HTTPConnection(p.hostname, p.port or 80, timeout=self.timeout), True
+        cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+        return cls(host, port, timeout=self.timeout), False
+
+    def _get_conn(self, scheme, netloc):
+        with self.lock:
+            free = self.pool.get((scheme, netloc))
+            if free:
+                return free.pop()
+        return self._new_conn(scheme, netloc)
+
+    def _put_conn(self, scheme, netloc, conn):
+        with self.lock:
+            self.pool.setdefault((scheme, netloc), []).append(conn)
+
+    def request(self, method, url, headers, auth=False):
+        """-> (conn_key, conn, response). The caller reads the body, then release()s or discards the conn."""
+        u = urllib.parse.urlsplit(url)
+        target = u.path + ("?" + u.query if u.query else "")
+        h = {"User-Agent": "sglang-deploy-hf_model/1"}
+        h.update(headers)
+        if auth and self.token:
+            h["Authorization"] = "Bearer %s" % self.token
+        for attempt in (0, 1):
+            conn = self._get_conn(u.scheme, u.netloc)
+            try:
+                conn.request(method, url if conn.hf_absolute else target, headers=h)
+                return (u.scheme, u.netloc), conn, conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()  # a stale keep-alive connection: retry once on a fresh one
+                if attempt:
+                    raise
+        raise UpstreamError("unreachable")
+
+    def release(self, key, conn, resp):
+        if resp.will_close:
+            conn.close()
+        else:
+            self._put_conn(key[0], key[1], conn)
+
+    def close(self):
+        with self.lock:
+            for conns in self.pool.values():
+                for c in conns:
+                    c.close()
+            self.pool = {}
+
+    def locate(self, url, size):
+        """Follow the resolve URL's same-host redirects (HEAD, token sent) to the URL that serves the bytes. A
+        cross-host redirect (the LFS file server / CDN) ends the walk: that URL is fetched without the token."""
+        origin = urllib.parse.urlsplit(url).netloc
+        for _ in range(6):
+            key, conn, resp = self.request("HEAD", url, {}, auth=urllib.parse.urlsplit(url).netloc == origin)
+            resp.read()
+            self.release(key, conn, resp)
+            if resp.status in (301, 302, 303, 307, 308):
+                linked = resp.getheader("X-Linked-Size")
+                if linked is not None and linked.isdigit() and int(linked) != size:
+                    raise UpstreamError("size lie: tree says %d bytes, resolve says X-Linked-Size %s" % (size, linked),
+                                        fatal=True)
+                nxt = urllib.parse.urljoin(url, resp.getheader("Location") or "")
+                if urllib.parse.urlsplit(nxt).netloc != origin:
+                    return nxt, False
+                url = nxt
+                continue
+            if resp.status == 200:
+                length = resp.getheader("Content-Length")
+                if length is not None and length.isdigit() and int(length) != size:
+                    raise UpstreamError("size lie: tree says %d bytes, server says Content-Length %s" % (size, length),
+                                        fatal=True)
+                return url, True
+            if resp.status == 429 or resp.status >= 500:
+                raise UpstreamError("HEAD %s: HTTP %d" % (url.split("?")[0], resp.status),
+                                    retry_after=_float(resp.getheader("Retry-After")))
+            raise UpstreamError("HEAD %s: HTTP %d %s" % (url.split("?")[0], resp.status,
+                                                        resp.getheader("X-Error-Code") or ""),
+                                fatal=resp.status in (401, 403, 404, 410))
+        raise UpstreamError("too many redirects for %s" % url, fatal=True)
+
+
+def _float(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+# ---- the loopback fill window ----------------------------------------------------------------------------------------
+
+class Job:
+    """One hf_transfer call (one file) in a lane."""
+
+    def __init__(self, jid, ftask, mode):
+        self.id = jid
+        self.ftask = ftask
+        self.mode = mode  # "direct" | "fill"
+        self.length = ftask.remote.size
+        self.received = 0  # bytes from upstream through the window
+        self.skipped = 0  # bytes answered from disk (already written)
+        self.last_progress = time.monotonic()
+        self.alloc = 0
+        self.error = None
+        self.fatal = False
+        self.retry_after = None
+        self.aborted = False
+        self.probed = False
+        self.socks = set()
+        self.lane = None
+        self.fd = None
+        self.lock = threading.Lock()
+
+    def touch(self, n):
+        with self.lock:
+            self.received += n
+            self.last_progress = time.monotonic()
+
+    def abort(self):
+        with self.lock:
+            self.aborted = True
+            socks = list(self.socks)
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class Window:
+    """Loopback HTTP server standing for files being resumed (paths carry a random secret, so other local users
+    cannot fetch through it). A chunk already on disk is answered with an empty 206; a chunk with a hole is
+    forwarded upstream and checked."""
+
+    def __init__(self, upstream, stall_timeout):
+        self.upstream = upstream
+        self.stall_timeout = stall_timeout
+        self.secret = secrets.token_hex(16)
+        self.jobs = {}
+        self.lock = threading.Lock()
+        window = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                return
+
+            def do_GET(self):
+                window.handle(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        self.thread.start()
+
+    def url(self, job):
+        return "http://127.0.0.1:%d/%s/%d" % (self.server.server_address[1], self.secret, job.id)
+
+    def add(self, job):
+        with self.lock:
+            self.jobs[job.id] = job
+
+    def remove(self, job):
+        with self.lock:
+            self.jobs.pop(job.id, None)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    @staticmethod
+    def _reply(h, status, length=0, headers=None):
+        h.send_response(status)
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(length))
+        h.end_headers()
+
+    def handle(self, h):
+        parts = h.path.strip("/").split("/")
+        job = None
+        if len(parts) == 2 and secrets.compare_digest(parts[0], self.secret) and parts[1].isdigit():
+            with self.lock:
+                job = self.jobs.get(int(parts[1]))
+        if job is None or job.aborted:
+            self._reply(h, 404)
+            h.close_connection = True
+            return
+        rng = (h.headers.get("Range") or "").strip()
+        if rng == "bytes=0-0" and not job.probed:
+            # hf_transfer's size probe (always its first request): answered locally, its body is never written.
+            job.probed = True
+            self._reply(h, 206, 1, {"Content-Range": "bytes 0-0/%d" % job.length})
+            h.wfile.write(b"\0")
+            return
+        if not rng.startswith("bytes=") or "-" not in rng:
+            self._reply(h, 416)
+            return
+        a, _, b = rng[6:].partition("-")
+        try:
+            a = int(a)
+            b = min(int(b), job.length - 1) if b else job.length - 1  # hf_transfer asks one byte past the end
+        except ValueError:
+            self._reply(h, 416)
+            return
+        if a >= job.length or a > b:
+            self._reply(h, 416, headers={"Content-Range": "bytes */%d" % job.length})
+            return
+        if not has_hole(job.fd, a, b):
+            with job.lock:
+                job.skipped += b - a + 1
+                job.last_progress = time.monotonic()
+            self._reply(h, 206, 0, {"Content-Range": "bytes %d-%d/%d" % (a, b, job.length)})
+            return
+        try:
+            self._forward(h, job, a, b)
+        except UpstreamError as err:
+            job.error = str(err)
+            job.fatal = job.fatal or err.fatal
+            if err.retry_after is not None:
+                job.retry_after = err.retry_after
+            h.close_connection = True
+            try:
+                self._reply(h, 502)
+            except OSError:
+                pass
+        except (OSError, http.client.HTTPException) as err:
+            if job.error is None:
+                job.error = "%s at %s offset %d: %s" % (
+                    "stalled (no bytes for %ss)" % self.stall_timeout if isinstance(err, socket.timeout)
+                    else "connection error", job.ftask.remote.path, a, err)
+            h.close_connection = True
+
+    def _forward(self, h, job, a, b):
+        ft = job.ftask
+        url, auth = ft.data_url
+        key, conn, resp = self.upstream.request("GET", url, {"Range": "bytes=%d-%d" % (a, b)}, auth=auth)
+        ok = False
+        try:
+            check_range_answer(resp, ft, a, b)
+            n = b - a + 1
+            sock = _resp_sock(resp)
+            with job.lock:
+                if sock is not None:
+                    job.socks.add(sock)
+            self._reply(h, 206, n, {"Content-Range": "bytes %d-%d/%d" % (a, b, job.length)})
+            buf = bytearray(1 << 20)
+            view = memoryview(buf)
+            left = n
+            while left > 0:
+                if job.aborted:
+                    raise UpstreamError("aborted")
+                got = resp.readinto(view[:min(len(buf), left)])
+                if not got:
+                    raise UpstreamError("%s: connection closed after %d of %d bytes at offset %d (truncated)"
+                                        % (ft.remote.path, n - left, n, a + n - left))
+                h.wfile.write(view[:got])
+                left -= got
+                job.touch(got)
+            ok = True
+        finally:
+            with job.lock:
+                job.socks.discard(_resp_sock(resp))
+            if ok:
+                self.upstream.release(key, conn, resp)
+            else:
+                conn.close()
+
+
+def check_range_answer(resp, ft, a, b):
+    """Raise UpstreamError unless resp is a 206 for exactly bytes a-b of a file of the tree's size."""
+    path = ft.remote.path
+    if resp.status == 429 or resp.status >= 500:
+        raise UpstreamError("HTTP %d for %s bytes %d-%d" % (resp.status, path, a, b),
+                            retry_after=_float(resp.getheader("Retry-After")))
+    if resp.status in (401, 403):
+        ft.data_url_stale = True  # a signed URL expired? locate again on retry
+        raise UpstreamError("HTTP %d for %s" % (resp.status, path))
+    if resp.status == 200:
+        raise UpstreamError("server ignored Range (200 instead of 206) for %s bytes %d-%d" % (path, a, b))
+    if resp.status != 206:
+        raise UpstreamError("HTTP %d for %s" % (resp.status, path), fatal=resp.status in (404, 410))
+    cr = resp.getheader("Content-Range") or ""
+    want = "bytes %d-%d/%d" % (a, b, ft.remote.size)
+    if cr != want:
+        total = cr.rpartition("/")[2]
+        lie = total.isdigit() and int(total) != ft.remote.size
+        raise UpstreamError("%s: Content-Range %r, expected %r%s" % (
+            path, cr, want, " (size lie: the tree says %d bytes)" % ft.remote.size if lie else ""), fatal=lie)
+    cl = resp.getheader("Content-Length")
+    if cl is not None and cl != str(b - a + 1):
+        raise UpstreamError("%s: Content-Length %s for a %d-byte range (truncated answer)" % (path, cl, b - a + 1))
+
+
+def _resp_sock(resp):
+    fp = getattr(resp, "fp", None)
+    raw = getattr(fp, "raw", None)
+    return getattr(raw, "_sock", None)
+
+
+# ---- lanes --------------------------------------------------------------------------------------------------------
+
+class Lane:
+    def __init__(self, python):
+        self.proc = subprocess.Popen([python, "-c", LANE_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, close_fds=True)
+        self.job = None
+        self.buf = b""
+
+    def send(self, job, spec):
+        self.job = job
+        job.lane = self
+        self.proc.stdin.write((json.dumps(spec) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+# ---- per-file state -------------------------------------------------------------------------------------------------
+
+class FileTask:
+    def __init__(self, remote, dest_dir, parts_root):
+        self.remote = remote
+        self.final = os.path.join(dest_dir, remote.path)
+        self.dir = os.path.join(parts_root, part_id(remote.path))
+        self.data = os.path.join(self.dir, "data")
+        self.keep = os.path.join(self.dir, "data.keep")
+        self.journal = os.path.join(self.dir, "journal.json")
+        self.state = "pending"  # pending | running | hashing | complete
+        self.attempts = 0
+        self.not_before = 0.0
+        self.data_url = None
+        self.data_url_stale = False
+        self.hash_failures = 0
+        self.last_error = None
+
+    def _expect(self):
+        return {"path": self.remote.path, "size": self.remote.size, "hash": list(self.remote.expected)}
+
+    def load(self, sparse_ok=True):
+        """Recover what an earlier run left; returns the bytes already on disk."""
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        try:
+            with open(self.journal) as f:
+                j = json.load(f)
+        except (OSError, ValueError):
+            j = None
+        if not j or any(j.get(k) != v for k, v in self._expect().items()) or not sparse_ok:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            write_json_atomic(self.journal, self._expect())
+        if not os.path.exists(self.data) and os.path.exists(self.keep):
+            os.rename(self.keep, self.data)
+        for name in os.listdir(self.dir):
+            if name not in ("data", "journal.json"):
+                os.unlink(os.path.join(self.dir, name))
+        return self.on_disk()
+
+    def on_disk(self):
+        try:
+            fd = os.open(self.data, os.O_RDONLY)
+        except OSError:
+            return 0
+        try:
+            return data_bytes(fd, self.remote.size)
+        finally:
+            os.close(fd)
+
+    def allocated(self):
+        try:
+            return min(self.remote.size, os.stat(self.data).st_blocks * 512)
+        except OSError:
+            return 0
+
+    def complete_on_disk(self):
+        try:
+            fd = os.open(self.data, os.O_RDONLY)
+        except OSError:
+            return self.remote.size == 0
+        try:
+            return os.fstat(fd).st_size == self.remote.size and (
+                self.remote.size == 0 or not has_hole(fd, 0, self.remote.size - 1))
+        finally:
+            os.close(fd)
+
+    def prepare(self):
+        """Make sure data exists (empty, sparse) and has its safety hardlink."""
+        fd = os.open(self.data, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(fd)
+        try:
+            os.unlink(self.keep)
+        except OSError:
+            pass
+        os.link(self.data, self.keep)
+
+    def restore(self):
+        """After hf_transfer deleted data on error, bring it back from the hardlink."""
+        if not os.path.exists(self.data) and os.path.exists(self.keep):
+            os.rename(self.keep, self.data)
+        else:
+            try:
+                os.unlink(self.keep)
+            except OSError:
+                pass
+
+    def wipe(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        write_json_atomic(self.journal, self._expect())
+
+
+# ---- the fetcher ----------------------------------------------------------------------------------------------------
+
+class Fetcher:
+    """Fetch `remotes` (RemoteFile list) into dest_dir. on_verified(remote, final_path, sha256) is called for every
+    file whose hash matched and that was moved into place."""
+
+    def __init__(self, endpoint, repo_id, sha, dest_dir, token=None, lanes=2, max_files=8, chunk_size=8 * MiB,
+                 stall_timeout=60.0, retries=5, hash_retries=2, backoff=2.0, backoff_max=60.0, inner_retries=3,
+                 python=None, progress=None, on_verified=None, clock=time.monotonic, direct=True):
+        if hash_retries < 0 or retries < 0 or lanes < 1 or max_files < 1 or chunk_size < MiB:
+            raise ValueError("bad transfer settings")
+        self.endpoint = endpoint.rstrip("/")
+        self.repo_id = repo_id
+        self.sha = sha
+        self.dest_dir = dest_dir
+        self.parts_root = os.path.join(dest_dir, STATE_DIR, "parts")
+        self.token = token
+        self.lanes_n = lanes
+        self.max_files = max_files
+        self.chunk_size = chunk_size
+        self.stall_timeout = float(stall_timeout)
+        self.retries = retries
+        self.hash_retries = hash_retries
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.inner_retries = inner_retries
+        self.python = python or sys.executable
+        self.progress = progress
+        self.on_verified = on_verified
+        self.clock = clock
+        self.direct = direct
+        self.next_id = 0
+        self.events = []
+        self.events_lock = threading.Lock()
+        self.stats = {"files": 0, "attempts": 0, "failures": 0, "stalls": 0, "hash_mismatches": 0,
+                      "bytes_fetched": 0, "bytes_resumed": 0, "errors": [], "sparse": True}
+
+    def url_for(self, remote):
+        return "%s/%s/resolve/%s/%s" % (self.endpoint, self.repo_id, self.sha, urllib.parse.quote(remote.path))
+
+    def run(self, remotes):
+        os.makedirs(self.parts_root, mode=0o700, exist_ok=True)
+        sparse_ok = sparse_supported(self.parts_root)
+        self.stats["sparse"] = sparse_ok
+        tasks = []
+        for r in remotes:
+            t = FileTask(r, self.dest_dir, self.parts_root)
+            self.stats["bytes_resumed"] += t.load(sparse_ok)
+            tasks.append(t)
+        self.sparse_ok = sparse_ok
+        upstream = Upstream(self.token, timeout=self.stall_timeout)
+        window = Window(upstream, self.stall_timeout)
+        self.wake_r, self.wake_w = os.pipe()
+        self.queue = []
+        self.queue_cv = threading.Condition()
+        hasher = threading.Thread(target=self._hasher, daemon=True)
+        hasher.start()
+        lanes = []
+        try:
+            lanes = [Lane(self.python) for _ in range(min(self.lanes_n, max(1, len(tasks))))]
+            self._loop(tasks, upstream, window, lanes)
+        finally:
+            for lane in lanes:
+                if lane.job is not None:
+                    lane.job.abort()
+                lane.kill()
+                if lane.job is not None:
+                    lane.job.ftask.restore()
+            with self.queue_cv:
+                self.queue.append(None)
+                self.queue_cv.notify()
+            hasher.join(timeout=3600)
+            window.close()
+            upstream.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            self._report(tasks, lanes, final=True)
+        return self.stats
+
+    # -- main loop: dispatch, lane results, watchdog, hash results --
+    def _loop(self, tasks, upstream, window, lanes):
+        sel = selectors.DefaultSelector()
+        for lane in lanes:
+            sel.register(lane.proc.stdout, selectors.EVENT_READ, lane)
+        sel.register(self.wake_r, selectors.EVENT_READ, None)
+        for t in tasks:
+            if t.complete_on_disk():  # every byte arrived before an interruption (or a 0-byte file)
+                self._to_hash(t)
+        last_report = 0.0
+        while True:
+            self._drain_events()
+            if all(t.state == "complete" for t in tasks):
+                return
+            for lane in lanes:
+                if lane.job is None:
+                    if not self._dispatch(lane, tasks, upstream, window):
+                        break
+            for key, _ in sel.select(timeout=0.5):
+                lane = key.data
+                if lane is None:
+                    os.read(self.wake_r, 4096)
+                    continue
+                data = os.read(lane.proc.stdout.fileno(), 65536)
+                if not data:
+                    self._lane_died(lane, sel, lanes, window, "lane process exited")
+                    continue
+                lane.buf += data
+                while b"\n" in lane.buf:
+                    line, lane.buf = lane.buf.split(b"\n", 1)
+                    self._finished(lane, json.loads(line.decode()), window)
+            now = self.clock()
+            for lane in list(lanes):
+                job = lane.job
+                if job is None:
+                    continue
+                if job.mode == "direct":
+                    # hf_transfer writes a chunk once all of it arrived: progress = allocated bytes of the file
+                    alloc = job.ftask.allocated()
+                    if alloc != job.alloc:
+                        job.received += max(0, alloc - job.alloc)
+                        job.alloc = alloc
+                        job.last_progress = now
+                with job.lock:
+                    idle = now - job.last_progress
+                if idle > self.stall_timeout:
+                    self.stats["stalls"] += 1
+                    job.error = job.error or "stalled: no byte progress for %.0fs on %s (%s mode)" % (
+                        idle, job.ftask.remote.path, job.mode)
+                    self._lane_died(lane, sel, lanes, window, job.error)
+            if now - last_report >= 1.0:
+                last_report = now
+                self._report(tasks, lanes)
+
+    def _dispatch(self, lane, tasks, upstream, window):
+        now = self.clock()
+        for t in tasks:
+            if t.state != "pending" or t.not_before > now:
+                continue
+            try:
+                if t.data_url is None or t.data_url_stale:
+                    t.data_url = upstream.locate(self.url_for(t.remote), t.remote.size)
+                    t.data_url_stale = False
+                    probe(upstream, t)
+            except UpstreamError as err:
+                self._fail(t, str(err), err.fatal, err.retry_after)
+                return True
+            except (OSError, http.client.HTTPException) as err:
+                t.data_url = None
+                self._fail(t, "locate %s: %s" % (t.remote.path, err), False, None)
+                return True
+            resume = t.on_disk() > 0
+            mode = "fill" if (resume or not self.direct) else "direct"
+            t.prepare()
+            self.next_id += 1
+            job = Job(self.next_id, t, mode)
+            job.last_progress = self.clock()
+            t.state = "running"
+            self.stats["attempts"] += 1
+            spec = {"id": job.id, "file": t.data, "max_files": self.max_files,
+                    "chunk_size": self.chunk_size}
+            if mode == "direct":
+                spec["url"] = self.url_for(t.remote)
+                if self.token:
+                    spec["headers"] = {"authorization": "Bearer %s" % self.token}
+                if self.inner_retries:
+                    spec["retries"] = self.inner_retries
+                    spec["parallel_failures"] = self.max_files
+                job.alloc = t.allocated()
+            else:
+                job.fd = os.open(t.data, os.O_RDONLY)
+                window.add(job)
+                spec["url"] = window.url(job)
+            lane.send(job, spec)
+            return True
+        return False
+
+    def _close_job(self, job, window):
+        window.remove(job)
+        if job.fd is not None:
+            os.close(job.fd)
+            job.fd = None
+        if job.lane is not None and job.lane.job is job:
+            job.lane.job = None
+
+    def _lane_died(self, lane, sel, lanes, window, why):
+        job = lane.job
+        try:
+            sel.unregister(lane.proc.stdout)
+        except (KeyError, ValueError):
+            pass
+        lane.kill()
+        if job is not None:
+            job.abort()
+            self._close_job(job, window)
+            job.ftask.restore()
+            self.stats["bytes_fetched"] += job.received
+            self._fail(job.ftask, job.error or why, job.fatal, job.retry_after)
+        fresh = Lane(self.python)
+        lanes[lanes.index(lane)] = fresh
+        sel.register(fresh.proc.stdout, selectors.EVENT_READ, fresh)
+
+    def _finished(self, lane, msg, window):
+        job = lane.job
+        if job is None or msg.get("id") != job.id:
+            return
+        if job.mode == "direct":
+            job.received += max(0, job.ftask.allocated() - job.alloc)
+        self._close_job(job, window)
+        t = job.ftask
+        t.restore()
+        self.stats["bytes_fetched"] += job.received
+        if msg.get("ok") and job.error is None:
+            if t.complete_on_disk():
+                self._to_hash(t)
+                return
+            err = "hf_transfer finished %s but holes remain (short answer from the server?)" % t.remote.path
+        else:
+            err = job.error or msg.get("error") or "unknown error"
+        fatal = job.fatal or "No space left on device" in err or "os error 28" in err
+        self._fail(t, err, fatal, job.retry_after)
+
+    def _fail(self, t, err, fatal, retry_after):
+        self.stats["failures"] += 1
+        self.stats["errors"].append(err)
+        del self.stats["errors"][:-20]
+        t.last_error = err
+        t.attempts += 1
+        t.state = "pending"
+        if fatal or t.attempts > self.retries:
+            kind = "enospc" if ("No space left" in err or "os error 28" in err) else "transfer"
+            done = t.on_disk()
+            raise FetchError("%s: giving up after %d attempt(s); %d of %d bytes on disk; last error: %s"
+                             % (t.remote.path, t.attempts, done, t.remote.size, err),
+                             path=t.remote.path, bytes_done=done, last_error=err, kind=kind)
+        delay = retry_after if retry_after is not None else min(self.backoff_max, self.backoff * 2 ** (t.attempts - 1))
+        t.not_before = self.clock() + delay
+
+    # -- hashing thread --
+    def _to_hash(self, t):
+        t.state = "hashing"
+        with self.queue_cv:
+            self.queue.append(t)
+            self.queue_cv.notify()
+
+    def _post(self, event):
+        with self.events_lock:
+            self.events.append(event)
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+
+    def _hasher(self):
+        while True:
+            with self.queue_cv:
+                while not self.queue:
+                    self.queue_cv.wait()
+                t = self.queue.pop(0)
+            if t is None:
+                return
+            try:
+                self._verify_and_place(t)
+            except Exception as err:  # pylint: disable=broad-except
+                self._post(("error", t, err))
+
+    def _verify_and_place(self, t):
+        if t.remote.size == 0 and not os.path.exists(t.data):
+            open(t.data, "wb").close()
+        fd = os.open(t.data, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        h = hash_file(t.data, t.remote.size, git=not t.remote.lfs)
+        algo, want = t.remote.expected
+        got = h.digests()[algo]
+        if got != want:
+            self._post(("mismatch", t, "%s: %s mismatch, expected %s, got %s" % (t.remote.path, algo, want, got)))
+            return
+        parent = os.path.dirname(t.final)
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+        os.chmod(t.data, 0o644)
+        if os.path.isdir(t.final) and not os.path.islink(t.final):
+            raise OSError("%s: a directory is in the way" % t.final)
+        os.replace(t.data, t.final)
+        fsync_dir(parent)
+        shutil.rmtree(t.dir, ignore_errors=True)
+        if self.on_verified:
+            self.on_verified(t.remote, t.final, h.digests()["sha256"])
+        self._post(("done", t, None))
+
+    def _drain_events(self):
+        with self.events_lock:
+            events, self.events = self.events, []
+        for kind, t, info in events:
+            if kind == "done":
+                t.state = "complete"
+                self.stats["files"] += 1
+            elif kind == "error":
+                kind_ = "enospc" if getattr(info, "errno", None) == errno.ENOSPC else "io"
+                raise FetchError("%s: %s while verifying" % (t.remote.path, info), path=t.remote.path,
+                                 bytes_done=t.on_disk(), last_error=str(info), kind=kind_)
+            elif kind == "mismatch":
+                self.stats["hash_mismatches"] += 1
+                self.stats["errors"].append(info)
+                t.hash_failures += 1
+                t.wipe()
+                t.state = "pending"
+                t.attempts = 0
+                if t.hash_failures > self.hash_retries:
+                    raise FetchError(info + " (after %d fetches; the file was deleted)" % t.hash_failures,
+                                     path=t.remote.path, bytes_done=0, last_error=info, kind="hash")
+
+    def _report(self, tasks, lanes, final=False):
+        if not self.progress:
+            return
+        done = 0
+        for t in tasks:
+            done += t.remote.size if t.state in ("complete", "hashing") else t.on_disk()
+        running = [l.job.ftask.remote.path for l in lanes if l.job is not None]
+        self.progress(done, running, self.stats, final)
+
+
+def probe(upstream, t):
+    """Before handing a URL to hf_transfer: one ranged GET must come back 206 with the tree's total size (a server
+    that ignores Range would make every hf_transfer chunk a whole-file download; a size lie is refused)."""
+    if t.remote.size == 0:
+        return
+    url, auth = t.data_url
+    b = min(t.remote.size - 1, 0)
+    key, conn, resp = upstream.request("GET", url, {"Range": "bytes=0-%d" % b}, auth=auth)
+    try:
+        body = resp.read(1 << 16)
+        check_range_answer(resp, t, 0, b)
+        if len(body) != b + 1:
+            raise UpstreamError("%s: probe got %d bytes, expected %d" % (t.remote.path, len(body), b + 1))
+    except BaseException:
+        conn.close()
+        raise
+    upstream.release(key, conn, resp)
+
+
+def kill_pid(pid, grace=10.0):
+    """SIGTERM, then SIGKILL after `grace` seconds; True once the process is gone."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True

@@ -1,0 +1,262 @@
+# -*- coding: utf-8 -*-
+"""Bring one model directory to a pinned Hub revision: the single entry point of library/hf_model.py.
+
+Order: validate -> resolve the revision to a sha -> list and validate the tree -> lock the directory (taking
+over from a stale worker) -> plan (manifest says verified + size/mtime unchanged = skip) -> free-space preflight
+-> verify files present but not vouched for -> fetch the rest (module_utils/hf_fetch.py) -> manifest.
+Check mode stops after the plan and reports the files and bytes that would be fetched.
+"""
+from __future__ import absolute_import, division, print_function
+
+import errno
+import fcntl
+import os
+import shutil
+import time
+
+try:
+    from ansible.module_utils.hf_hub import HubError, filter_files, list_tree, resolve_revision, validate_repo_id
+    from ansible.module_utils.hf_verify import Manifest, verify_files
+    from ansible.module_utils.hf_fetch import STATE_DIR, FetchError, Fetcher, FileTask, kill_pid
+    from ansible.module_utils import hf_progress
+except ImportError:
+    from module_utils.hf_hub import HubError, filter_files, list_tree, resolve_revision, validate_repo_id
+    from module_utils.hf_verify import Manifest, verify_files
+    from module_utils.hf_fetch import STATE_DIR, FetchError, Fetcher, FileTask, kill_pid
+    from module_utils import hf_progress
+
+MiB = 1 << 20
+DEFAULTS = {
+    "revision": "main", "allow_patterns": [], "ignore_patterns": [], "verify": "quick", "fetch": True,
+    "token": None, "lanes": 2, "connections": 8, "chunk_size_mb": 8, "inner_retries": 3,
+    "stall_timeout": 60, "retries": 5, "hash_retries": 2, "backoff": 2.0, "backoff_max": 60.0,
+    "free_space_margin_mb": 1024, "lock_timeout": 60, "name": None, "hash_workers": 0, "use_hf_hub": None,
+}
+
+
+class SyncError(Exception):
+    def __init__(self, msg, **evidence):
+        super(SyncError, self).__init__(msg)
+        self.evidence = evidence
+
+
+def free_bytes(path):
+    """Free bytes for an unprivileged writer on the filesystem that holds `path` (or its nearest ancestor)."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    st = os.statvfs(p)
+    return st.f_bavail * st.f_frsize
+
+
+class DirLock:
+    """flock on <dir>/.hf_model/lock; the holder's pid is written inside. A live holder (e.g. the async worker
+    of a controller that was SIGKILLed) is asked to stop, then killed, so a rerun takes over its journal."""
+
+    def __init__(self, state_dir, timeout):
+        self.path = os.path.join(state_dir, "lock")
+        self.timeout = timeout
+        self.fd = None
+        self.took_over = None
+
+    def acquire(self):
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + self.timeout
+        asked = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if not asked:
+                try:
+                    pid = int(os.pread(fd, 32, 0).decode().strip() or 0)
+                except ValueError:
+                    pid = 0
+                if pid and pid != os.getpid():
+                    kill_pid(pid, grace=min(10.0, self.timeout / 2.0))
+                    self.took_over = pid
+                asked = True
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise SyncError("model directory is locked by another worker that did not stop within %ss"
+                                % self.timeout)
+            time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def plan(files, dest, manifest, verify):
+    """-> (ok, to_hash, to_fetch) lists of RemoteFile."""
+    ok, to_hash, to_fetch = [], [], []
+    for f in files:
+        local = os.path.join(dest, f.path)
+        if verify != "full" and manifest.is_current(f, local):
+            ok.append(f)
+        elif os.path.isfile(local) and not os.path.islink(local) and os.path.getsize(local) == f.size:
+            to_hash.append(f)
+        else:
+            to_fetch.append(f)
+    return ok, to_hash, to_fetch
+
+
+def journaled_bytes(dest, files):
+    """Bytes of `files` already written under .hf_model/parts (resume credit for the space check)."""
+    parts = os.path.join(dest, STATE_DIR, "parts")
+    return sum(FileTask(f, dest, parts).on_disk() for f in files)
+
+
+def sync(params, check_mode=False, python=None):
+    p = dict(DEFAULTS)
+    p.update({k: v for k, v in params.items() if v is not None})
+    started = time.monotonic()
+    repo_id = validate_repo_id(p["repo_id"])
+    dest = os.path.abspath(p["dest"])
+    if p["verify"] not in ("quick", "full"):
+        raise SyncError("verify must be quick or full, got %r" % p["verify"])
+    name = p["name"] or os.path.basename(dest)
+    sha = resolve_revision(p["endpoint"], repo_id, p["revision"], token=p["token"], use_hf_hub=p["use_hf_hub"])
+    files = filter_files(list_tree(p["endpoint"], repo_id, sha, token=p["token"], use_hf_hub=p["use_hf_hub"]),
+                         p["allow_patterns"], p["ignore_patterns"])
+    if not files:
+        raise SyncError("%s@%s: no file matches allow_patterns=%s ignore_patterns=%s"
+                        % (repo_id, sha, p["allow_patterns"], p["ignore_patterns"]))
+    total = sum(f.size for f in files)
+    state_dir = os.path.join(dest, STATE_DIR)
+    manifest = Manifest.load(os.path.join(state_dir, "manifest.json"))
+    ok, to_hash, to_fetch = plan(files, dest, manifest, p["verify"])
+    result = {
+        "changed": False, "repo_id": repo_id, "revision": p["revision"], "sha": sha, "dest": dest,
+        "files_total": len(files), "bytes_total": total, "files_verified_by_manifest": len(ok),
+        "files_to_hash": len(to_hash), "files_to_fetch": len(to_fetch),
+        "bytes_to_fetch": sum(f.size for f in to_fetch),
+        "would_fetch": [f.path for f in to_fetch][:200],
+        "manifest": manifest.path,
+    }
+    already = journaled_bytes(dest, to_fetch) if os.path.isdir(state_dir) else 0
+    need = max(0, result["bytes_to_fetch"] - already) + int(p["free_space_margin_mb"]) * MiB
+    free = free_bytes(dest)
+    result.update(free_bytes=free, bytes_needed=need, bytes_journaled=already)
+    if check_mode:
+        result["changed"] = bool(to_fetch) or manifest.revision != sha
+        result["space_ok"] = free >= need
+        return result
+    if free < need:
+        raise SyncError("not enough space in %s: %d bytes free, %d needed (%d to fetch - %d already "
+                        "written + margin); nothing was fetched" % (dest, free, need, result["bytes_to_fetch"],
+                                                                       already), free_bytes=free, bytes_needed=need)
+    if not p["fetch"] and to_fetch:
+        raise SyncError("%d file(s) missing and fetch is off: %s" % (len(to_fetch), [f.path for f in to_fetch][:20]))
+
+    os.makedirs(dest, mode=0o755, exist_ok=True)
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    os.chmod(state_dir, 0o755)  # progress/manifest readable; parts/ and lock stay 0700/0600
+    lock = DirLock(state_dir, int(p["lock_timeout"]))
+    lock.acquire()
+    progress_path = os.path.join(state_dir, "progress.json")
+    meter = hf_progress.RateMeter()
+    prog = {"name": name, "repo_id": repo_id, "sha": sha, "pid": os.getpid(), "state": "running",
+            "bytes_total": total, "bytes_done": sum(f.size for f in ok), "files_total": len(files),
+            "files_done": len(ok), "started": time.time(), "error": None, "rate": 0.0, "eta": None,
+            "updated": time.time()}
+    base_done = [sum(f.size for f in ok)]
+
+    def report(done, in_flight, stats, final=False):
+        now_done = base_done[0] + done
+        meter.add(now_done)
+        rate = meter.rate()
+        prog.update(bytes_done=now_done, rate=rate, in_flight=in_flight[:8], updated=time.time(),
+                    eta=(total - now_done) / rate if rate > 0 else None,
+                    stalls=stats.get("stalls", 0), transfer_failures=stats.get("failures", 0),
+                    last_error=(stats.get("errors") or [None])[-1])
+        hf_progress.write(progress_path, prog)
+
+    try:
+        hf_progress.write(progress_path, prog)
+        manifest.repo_id = repo_id
+        verified, refetched_after_hash = [], []
+        if to_hash:
+            res = verify_files([(f, os.path.join(dest, f.path)) for f in to_hash], workers=p["hash_workers"] or None)
+            for f in to_hash:
+                good, _want, _got, sha256 = res[f.path]
+                if good:
+                    manifest.record(f, os.path.join(dest, f.path), sha256, sha)
+                    verified.append(f.path)
+                    base_done[0] += f.size
+                else:
+                    manifest.forget(f.path)
+                    os.unlink(os.path.join(dest, f.path))
+                    to_fetch.append(f)
+                    refetched_after_hash.append(f.path)
+            manifest.revision = manifest.revision or sha
+            manifest.save()
+        fetched = []
+
+        def on_verified(remote, final, sha256):
+            manifest.record(remote, final, sha256, sha)
+            manifest.save()
+            fetched.append(remote.path)
+            prog["files_done"] = len(ok) + len(verified) + len(fetched)
+
+        stats = {}
+        if to_fetch:
+            for f in to_fetch:
+                manifest.forget(f.path)
+            fetcher = Fetcher(p["endpoint"], repo_id, sha, dest, token=p["token"],
+                              lanes=int(p["lanes"]), max_files=int(p["connections"]),
+                              inner_retries=int(p["inner_retries"]),
+                              chunk_size=int(p["chunk_size_mb"]) * MiB, stall_timeout=float(p["stall_timeout"]),
+                              retries=int(p["retries"]), hash_retries=int(p["hash_retries"]),
+                              backoff=float(p["backoff"]), backoff_max=float(p["backoff_max"]), python=python,
+                              progress=report, on_verified=on_verified)
+            stats = fetcher.run(to_fetch)
+        changed_rev = manifest.revision != sha
+        manifest.revision = sha
+        manifest.save()
+        _prune_parts(state_dir, files, dest)
+        result.update(changed=bool(fetched) or bool(verified) or changed_rev, files_fetched=len(fetched),
+                      files_adopted=len(verified), files_rehashed_bad=refetched_after_hash,
+                      bytes_fetched=stats.get("bytes_fetched", 0), bytes_resumed=stats.get("bytes_resumed", 0),
+                      stalls=stats.get("stalls", 0), transfer_failures=stats.get("failures", 0),
+                      hash_mismatches=stats.get("hash_mismatches", 0), took_over_pid=lock.took_over,
+                      seconds=round(time.monotonic() - started, 3), fetched=fetched[:200])
+        if p["verify"] == "full":
+            result["files_rehashed"] = len(to_hash)
+        prog.update(state="done", bytes_done=total, files_done=len(files), updated=time.time(), eta=0)
+        hf_progress.write(progress_path, prog)
+        return result
+    except FetchError as err:
+        prog.update(state="failed", error=str(err), updated=time.time())
+        hf_progress.write(progress_path, prog)
+        manifest.save()
+        raise SyncError(str(err), file=err.path, bytes_done=err.bytes_done, last_error=err.last_error,
+                        failure=err.kind)
+    except BaseException as err:
+        prog.update(state="failed", error="%s: %s" % (type(err).__name__, err), updated=time.time())
+        hf_progress.write(progress_path, prog)
+        raise
+    finally:
+        lock.release()
+
+
+def _prune_parts(state_dir, files, dest):
+    """Drop journals of files no longer wanted (another revision or pattern)."""
+    parts = os.path.join(state_dir, "parts")
+    if not os.path.isdir(parts):
+        return
+    keep = set(FileTask(f, dest, parts).dir for f in files)
+    for name in os.listdir(parts):
+        full = os.path.join(parts, name)
+        if full not in keep:
+            shutil.rmtree(full, ignore_errors=True)
+
+
+__all__ = ["HubError", "SyncError", "sync", "free_bytes", "plan"]
