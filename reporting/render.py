@@ -157,10 +157,14 @@ def render_report(run: Run, plots=()) -> str:
             lines.append("")
         outcome = run.outcome_of(name)
         if outcome and outcome.get("status") != "ok":
-            lines.append(f"**FAILED at step `{outcome.get('failed_step', '?')}`**: {outcome.get('reason', '')}")
+            reason = str(outcome.get("reason", "")).split("Last journal lines")[0].strip()
+            lines.append(f"**FAILED at step `{outcome.get('failed_step', '?')}`**: {reason}")
             lines.append("")
-            if outcome.get("journal"):
-                lines += ["Journal excerpt:", "", "```", str(outcome["journal"]).rstrip()[-3000:], "```", ""]
+            journal = outcome.get("journal")
+            if isinstance(journal, list):
+                journal = "\n".join(str(j) for j in journal)
+            if journal:
+                lines += ["Journal excerpt:", "", "```", journal.rstrip()[-3000:], "```", ""]
         if not cells:
             lines += ["No benchmark cells.", ""]
             continue

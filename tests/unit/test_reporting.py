@@ -42,7 +42,7 @@ def sweep_dir(tmp_path):
     outcomes = [
         outcome("budget8", "ok", 8), outcome("budget4", "ok", 4),
         outcome("budget16-graphs", "failed", 16, "ready", "unit failed during init: exit 1",
-                "Nov 29 sglang[12]: RuntimeError: CUDA graph capture failed (sm_103, budget 16)"),
+                ["Nov 29 sglang[12]: Load weight end.", "Nov 29 sglang[12]: RuntimeError: CUDA graph capture failed (sm_103, budget 16)"]),
         outcome("garbage", "failed", 12, "smoke", "degenerate output: replacement characters in 3/3 answers"),
         outcome("baseline", "ok", None, phase="restore", pid=4242),
         {"kind": "config", "config": "_sweep", "phase": "sweep_total", "status": "ok", "elapsed_s": 95.0,
