@@ -63,3 +63,15 @@ def test_pip_route_refuses_an_apt_toolkit_in_cuda_home(lab, playbook, clean_host
         assert run.changed_count(HOST) == 0
     finally:
         lab.ssh(HOST, CLEAN)
+
+
+def test_verify_names_the_login_file_that_overrides_cuda_home(lab, playbook, clean_host):
+    lab.ssh(HOST, "echo 'export CUDA_HOME=/usr/local/cuda' >> /root/.profile")
+    try:
+        run = playbook("playbooks/cuda.yml", limit=HOST)
+        assert run.rc != 0
+        res = run.result("Require CUDA_HOME and nvcc in login shells", HOST)
+        assert res["_event"] == "runner_on_failed"
+        assert "CUDA_HOME=/usr/local/cuda and" in res["msg"] and "/root/.profile" in res["msg"], res["msg"]
+    finally:
+        lab.ssh(HOST, "sed -i '/CUDA_HOME/d' /root/.profile")

@@ -146,3 +146,13 @@ def test_probe_env_keeps_nvlink_multicast_off():
 def test_default_runner_missing_program_and_timeout(tmp_path):
     assert gpu_probe.default_runner([str(tmp_path / "absent")], 5)[0] == 127
     assert gpu_probe.default_runner(["sleep", "5"], 0.2)[0] == 124
+
+
+def test_real_h200_role_gate_logs():
+    """The cuda role's preflight on the real H200 (-c local): PASS as the host is; FAIL, unchanged, as a B300."""
+    ok = (FIX / "h200-role-gate-pass.log").read_text()
+    assert "GPU DRIVER GATE PASS on localhost: all checks held; found 1 GPU(s) NVIDIA H200, compute capability 9.0" in ok
+    assert "failed=0" in ok
+    bad = (FIX / "h200-role-gate-fail.log").read_text()
+    assert "GPU driver gate failed: expected 8 GPU(s), found 1; expected compute capability 10.3" in bad
+    assert "changed=0" in bad and "failed=1" in bad
