@@ -312,6 +312,13 @@ class Job:
                 pass
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        return  # a client (hf_transfer) that hangs up is reported through the job, not on stderr
+
+
 class Window:
     """Loopback HTTP server standing for files being resumed (paths carry a random secret, so other local users
     cannot fetch through it). A chunk already on disk is answered with an empty 206; a chunk with a hole is
@@ -334,8 +341,7 @@ class Window:
             def do_GET(self):
                 window.handle(self)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         self.thread.start()
 
@@ -821,7 +827,14 @@ class Fetcher:
             if t.complete_on_disk():
                 self._to_hash(t)
                 return
-            err = "hf_transfer finished %s but holes remain (short answer from the server?)" % t.remote.path
+            missing = t.remote.size - t.on_disk()
+            st = os.statvfs(t.dir)
+            if st.f_bavail * st.f_frsize < missing:
+                # tokio writes in the background: hf_transfer can "succeed" after a write hit ENOSPC
+                err = "No space left on device: %s still misses %d bytes, %d free" % (
+                    t.remote.path, missing, st.f_bavail * st.f_frsize)
+            else:
+                err = "hf_transfer finished %s but holes remain (short answer from the server?)" % t.remote.path
         else:
             err = job.error or msg.get("error") or "unknown error"
         fatal = job.fatal or "No space left on device" in err or "os error 28" in err

@@ -73,7 +73,7 @@ def safe_relpath(path):
     Refused: empty, absolute, backslashes, NUL/control characters, '.' or '..' components, empty components,
     and the state directory name used by the role (.hf_model)."""
     if not isinstance(path, str) or not path:
-        raise HubError("hostile tree entry: empty path", code="HostileEntry")
+        raise HubError("hostile tree entry %r refused: empty path" % (path,), code="HostileEntry")
     bad = None
     if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
         bad = "absolute path"

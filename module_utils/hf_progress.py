@@ -65,11 +65,20 @@ def summary(p):
 
 
 def write(path, data):
+    """Best effort (a full disk must not hide the real error): True when written."""
     tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
 
 
 def read(path):

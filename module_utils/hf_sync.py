@@ -236,15 +236,31 @@ def sync(params, check_mode=False, python=None):
     except FetchError as err:
         prog.update(state="failed", error=str(err), updated=time.time())
         hf_progress.write(progress_path, prog)
-        manifest.save()
+        _save_quietly(manifest)
         raise SyncError(str(err), file=err.path, bytes_done=err.bytes_done, last_error=err.last_error,
                         failure=err.kind)
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        msg = "no space left on the filesystem of %s (%s); %d bytes free now" % (dest, err, free_bytes(dest))
+        prog.update(state="failed", error=msg, updated=time.time())
+        hf_progress.write(progress_path, prog)
+        _save_quietly(manifest)
+        raise SyncError(msg, file=getattr(err, "filename", None), bytes_done=prog.get("bytes_done"),
+                        last_error=str(err), failure="enospc")
     except BaseException as err:
         prog.update(state="failed", error="%s: %s" % (type(err).__name__, err), updated=time.time())
         hf_progress.write(progress_path, prog)
         raise
     finally:
         lock.release()
+
+
+def _save_quietly(manifest):
+    try:
+        manifest.save()
+    except OSError:
+        pass
 
 
 def _prune_parts(state_dir, files, dest):

@@ -1,0 +1,155 @@
+"""The test Hub speaks the Hub protocol the real clients need (FACTS.md) and injects the faults it promises."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from lab.testhub import TestHub, parse_repo_arg, parse_size
+
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None
+
+
+RAW = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
+def get(url, headers=None, method="GET", opener=OPENER):
+    req = urllib.request.Request(url, headers=headers or {}, method=method)
+    try:
+        with opener.open(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    with TestHub(seed=7, page_size=3, cache_dir=tmp_path_factory.mktemp("hubcache")) as h:
+        yield h
+
+
+@pytest.fixture(autouse=True)
+def _clean(hub):
+    hub.set_faults([])
+    yield
+    hub.set_faults([])
+
+
+def test_revision_resolves_branch_and_sha_and_404s_carry_error_codes(hub):
+    sha = hub.repos["test/tiny"].sha
+    status, _, body = get(f"{hub.endpoint}/api/models/test/tiny/revision/main")
+    assert status == 200 and json.loads(body)["sha"] == sha
+    status, _, body = get(f"{hub.endpoint}/api/models/test/tiny/revision/{sha}?blobs=true")
+    siblings = json.loads(body)["siblings"]
+    assert any("lfs" in s and len(s["lfs"]["sha256"]) == 64 for s in siblings)
+    assert get(f"{hub.endpoint}/api/models/test/tiny/revision/nope")[1]["X-Error-Code"] == "RevisionNotFound"
+    assert get(f"{hub.endpoint}/api/models/test/none/revision/main")[1]["X-Error-Code"] == "RepoNotFound"
+    status, headers, _ = get(f"{hub.endpoint}/test/tiny/resolve/main/missing.bin", method="HEAD")
+    assert status == 404 and headers["X-Error-Code"] == "EntryNotFound"
+
+
+def test_tree_is_paged_with_link_header_and_lists_nested_lfs_and_empty_files(hub):
+    url = f"{hub.endpoint}/api/models/test/tiny/tree/main?recursive=true"
+    entries, pages = [], 0
+    while url:
+        status, headers, body = get(url)
+        assert status == 200
+        entries += json.loads(body)
+        pages += 1
+        link = headers.get("Link")
+        url = link.split(";")[0].strip("<>") if link else None
+    assert pages >= 3  # page_size=3
+    files = {e["path"]: e for e in entries if e["type"] == "file"}
+    assert files["README.md"]["size"] == 0
+    assert "lfs" in files["sub/dir/nested.bin"] and "xetHash" not in files["sub/dir/nested.bin"]
+    assert {"sub", "sub/dir", "tokenizer"} <= {e["path"] for e in entries if e["type"] == "directory"}
+    cfg = files["config.json"]
+    _, _, body = get(f"{hub.endpoint}/test/tiny/resolve/main/config.json")
+    assert hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest() == cfg["oid"]
+
+
+def test_lfs_resolve_redirects_to_file_server_which_honours_range(hub):
+    f = hub.repos["test/tiny"].file("sub/dir/nested.bin")
+    status, headers, _ = get(f"{hub.endpoint}/test/tiny/resolve/main/sub/dir/nested.bin", method="HEAD", opener=RAW)
+    assert status == 302
+    assert headers["X-Linked-Etag"] == f'"{f.sha256}"' and int(headers["X-Linked-Size"]) == f.size
+    assert f":{hub.file_port}/" in headers["Location"] and headers["X-Repo-Commit"] == hub.repos["test/tiny"].sha
+    status, headers, body = get(headers["Location"], {"Range": "bytes=0-0"})
+    assert status == 206 and headers["Content-Range"] == f"bytes 0-0/{f.size}" and len(body) == 1
+    status, _, body = get(f"{hub.endpoint}/test/tiny/resolve/main/sub/dir/nested.bin")
+    assert status == 200 and hashlib.sha256(body).hexdigest() == f.sha256
+    status, _, _ = get(f"{hub.endpoint}/test/tiny/resolve/main/README.md", {"Range": "bytes=0-0"})
+    assert status == 416  # a 0-byte file has no byte 0
+
+
+def test_faults_range_ignored_429_flip_truncate(hub):
+    f = hub.repos["test/tiny"].file("tokenizer/tokenizer.json")
+    url = f"{hub.endpoint}/test/tiny/resolve/main/tokenizer/tokenizer.json"
+    good = get(url)[2]
+    hub.set_faults([{"kind": "norange", "path": "tokenizer/*"}])
+    status, _, body = get(url, {"Range": "bytes=10-19"})
+    assert status == 200 and body == good
+    hub.set_faults([{"kind": "429", "retry_after": 3}])
+    status, headers, _ = get(url)
+    assert status == 429 and headers["Retry-After"] == "3"
+    assert get(url)[0] == 200  # times defaults to 1
+    hub.set_faults([{"kind": "flip", "offset": 100}])
+    body = get(url)[2]
+    assert body != good and sum(a != b for a, b in zip(body, good)) == 1 and body[100] == good[100] ^ 0xFF
+    hub.set_faults([{"kind": "truncate", "offset": 1000}])
+    status, headers, body = get(url, {"Range": "bytes=0-4999"})
+    assert status == 206 and headers["Content-Range"] == f"bytes 0-4999/{f.size}" and len(body) == 1000
+    assert [x["kind"] for x in hub.snapshot()["faults"]] == ["norange", "429", "flip", "truncate"]
+
+
+def test_drop_closes_the_connection_at_the_offset(hub):
+    url = f"{hub.endpoint}/test/tiny/resolve/main/tokenizer/tokenizer.json"
+    hub.set_faults([{"kind": "drop", "offset": 5000}])
+    with pytest.raises(Exception):
+        get(url)
+    assert hub.snapshot()["faults"][-1]["kind"] == "drop"
+
+
+def test_content_is_a_function_of_the_seed():
+    a = TestHub(seed=1, repos={"x/y": {}})
+    b = TestHub(seed=1, repos={"x/y": {}})
+    c = TestHub(seed=2, repos={"x/y": {}})
+    try:
+        sa = {f.path: f.sha256 or f.blob_sha1 for f in a.repos["x/y"].files}
+        assert sa == {f.path: f.sha256 or f.blob_sha1 for f in b.repos["x/y"].files}
+        assert sa != {f.path: f.sha256 or f.blob_sha1 for f in c.repos["x/y"].files}
+    finally:
+        for h in (a, b, c):
+            h.stop()
+
+
+def test_repo_arg_and_sizes():
+    assert parse_size("1GiB") == 1 << 30 and parse_size("8MiB") == 8 << 20 and parse_size("123") == 123
+    assert parse_repo_arg("a/b:shards=3,shard_size=2MiB,small=false") == (
+        "a/b", {"shards": 3, "shard_size": 2 << 20, "small": False})
+    with pytest.raises(ValueError):
+        parse_repo_arg("a/b:bogus=1")
+
+
+def test_cli_prints_ready_line_and_serves(tmp_path):
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([sys.executable, "-m", "lab.testhub", "--port", "0", "--seed", "3", "--repo", "o/n:shards=1",
+                             "--ready-file", str(ready), "--cache-dir", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(proc.stdout.readline())
+        assert json.loads(ready.read_text()) == info
+        status, _, body = get(f"{info['endpoint']}/api/models/o/n/revision/main")
+        assert status == 200 and json.loads(body)["sha"] == info["repos"]["o/n"]
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
