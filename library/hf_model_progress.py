@@ -27,6 +27,13 @@ options:
   name:
     description: Label for the summary when no progress file exists yet.
     type: str
+  job_id:
+    description: Ansible async job id of the hf_model run; its end (even before any progress was written) ends the wait.
+    type: str
+  async_dir:
+    description: Directory of the async job files.
+    type: path
+    default: ~/.ansible_async
 attributes:
   check_mode:
     support: full
@@ -81,11 +88,17 @@ except ImportError:  # pragma: no cover
 
 def main():
     module = AnsibleModule(argument_spec=dict(dest=dict(type="path", required=True), wait=dict(type="int", default=15),
-                                              since=dict(type="float"), name=dict(type="str")),
+                                              since=dict(type="float"), name=dict(type="str"), job_id=dict(type="str"),
+                                              async_dir=dict(type="path", default="~/.ansible_async")),
                            supports_check_mode=True)
     p = module.params
     path = os.path.join(p["dest"], ".hf_model", "progress.json")
-    prog, finished, failed = hf_progress.poll(path, wait=max(0, p["wait"]), since=p["since"])
+    job_file = None
+    if p["job_id"]:
+        if "/" in p["job_id"] or p["job_id"].startswith("."):
+            module.fail_json(msg="bad job_id %r" % p["job_id"])
+        job_file = os.path.join(os.path.expanduser(p["async_dir"]), p["job_id"])
+    prog, finished, failed = hf_progress.poll(path, wait=max(0, p["wait"]), since=p["since"], job_file=job_file)
     if prog is None:
         prog = {"name": p["name"] or os.path.basename(p["dest"]), "state": "starting"}
     module.exit_json(changed=False, finished=finished, failed_run=failed, summary=hf_progress.summary(prog),

@@ -105,11 +105,27 @@ def pid_alive(pid):
         return True
 
 
-def poll(path, wait=10.0, since=None, clock=time.monotonic, sleep=time.sleep, step=0.5):
+def async_job_state(job_file):
+    """(finished, failed) from an Ansible async job file (~/.ansible_async/<jid>): the wrapper writes
+    {"started": 1, "finished": 0} at start and the module's result at the end."""
+    data = read(job_file) if job_file else None
+    if not isinstance(data, dict):
+        return False, False
+    if data.get("started") and not data.get("finished"):
+        return False, False
+    return True, bool(data.get("failed"))
+
+
+def poll(path, wait=10.0, since=None, clock=time.monotonic, sleep=time.sleep, step=0.5, job_file=None):
     """Wait up to `wait` s for the progress file to change (updated != since) or the run to end. Returns
-    (progress or None, finished, failed). A 'running' file whose pid is gone counts as finished and failed."""
+    (progress or None, finished, failed). A 'running' file whose pid is gone counts as finished and failed, and so
+    does an async job (job_file) that ended, even one that died before writing any progress."""
     deadline = clock() + wait
     while True:
+        job_finished, job_failed = async_job_state(job_file)
+        if job_finished:
+            p = read(path) or {}
+            return dict(p, state="failed" if job_failed else "done"), True, job_failed
         p = read(path)
         if p is not None:
             state = p.get("state")
