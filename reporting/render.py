@@ -182,6 +182,11 @@ def render_report(run: Run, plots=()) -> str:
             if c.get("status") != "ok":
                 row[-1] = f"{c.get('status')}: {fmt((c.get('error') or '')[:120])}"
             rows.append(row)
+        clients = sorted({f"{c.get('bench_client')} ({c.get('backend')})" for c in cells if c.get("bench_client")})
+        if clients:
+            lines.append("Client: " + ", ".join(clients) + f"; output {cells[0].get('random_output_len')} tokens per"
+                         " request, fixed input length = ctx.")
+            lines.append("")
         hosts_here = sorted({c.get("host") for c in cells if c.get("host")})
         if len(hosts_here) > 1:
             lines.append("Hosts: " + ", ".join(hosts_here))

@@ -127,3 +127,57 @@ def test_bench_serving_argv_matches_the_seed_command():
                  "--random-range-ratio 1.0", "--num-prompts 32", "--max-concurrency 8",
                  "--output-file /tmp/o.jsonl"):
         assert part in joined
+
+
+FAKE_BENCH_SERVING = '''
+import argparse, json, sys, time
+p = argparse.ArgumentParser()
+for a in ("--backend", "--base-url", "--dataset-name", "--random-input-len", "--random-output-len",
+          "--random-range-ratio", "--num-prompts", "--max-concurrency", "--warmup-requests", "--output-file",
+          "--tokenizer", "--model"):
+    p.add_argument(a)
+p.add_argument("--disable-tqdm", action="store_true")
+a = p.parse_args()
+if a.random_input_len == "13":
+    time.sleep(30)
+n = int(a.num_prompts)
+row = {"backend": a.backend, "completed": n, "total_input_tokens": n * int(a.random_input_len),
+       "total_output_tokens": n * int(a.random_output_len), "output_throughput": 1234.5, "mean_ttft_ms": 40.0,
+       "median_ttft_ms": 40.0, "p99_ttft_ms": 41.0, "mean_itl_ms": 8.0, "median_itl_ms": 8.0, "p99_itl_ms": 9.0,
+       "mean_tpot_ms": 8.0, "median_tpot_ms": 8.0, "p99_tpot_ms": 8.5, "accept_length": 4.48, "duration": 1.0}
+with open(a.output_file, "a") as f:
+    f.write(json.dumps(row) + "\\n")
+'''
+
+
+@pytest.fixture
+def fake_sglang(tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bench_serving.py").write_text(FAKE_BENCH_SERVING)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    import sys
+    return sys.executable
+
+
+def test_bench_serving_client_is_used_when_importable(fake_sglang, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, client="auto", venv_python=fake_sglang,
+                                               context_lengths=[60], concurrencies=[1, 8]), output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["client"] == "sglang.bench_serving" and summary["ok_cells"] == 2
+    assert [r["bench_client"] for r in rows] == ["sglang.bench_serving"] * 2
+    assert rows[1]["output_throughput"] == 1234.5 and rows[1]["accept_length"] == 4.48
+    assert rows[1]["num_prompts"] == 8 and rows[1]["total_output_tokens"] == 8 * 8
+    assert server.requests == []   # all traffic came from the (fake) bench_serving, none from the builtin client
+
+
+def test_bench_serving_cell_is_bounded(fake_sglang, tmp_path):
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, client="sglang.bench_serving",
+                                               venv_python=fake_sglang, context_lengths=[13], concurrencies=[1],
+                                               cell_timeout_s=1.5), output_path=str(tmp_path / "o.jsonl"))
+    assert summary["failed_cells"] == 1
+    assert "exceeded the 1.5s cell bound" in summary["failures"][0]
