@@ -57,6 +57,8 @@ phase: {description: phase at failure or timeout., type: str, returned: failure}
 kind: {description: failed (the unit died) or timeout or error., type: str, returned: failure}
 journal: {description: journal lines of the failed invocation., type: list, returned: failure}
 unit: {description: unit state summary at failure., type: dict, returned: failure}
+crash_to_verdict_s: {description: seconds from the main process exit (systemd's monotonic timestamp) to this verdict.,
+                     type: float, returned: when the process exited}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -96,7 +98,8 @@ def main():
                             stale_pid=stale.main_pid if stale else 0, probe=probe)
     except ReadyError as exc:
         module.fail_json(msg=exc.message, phase=exc.phase, kind=exc.kind, journal=exc.evidence.get("journal", []),
-                         unit=exc.evidence.get("unit", {}), phases=exc.evidence.get("phases", []))
+                         unit=exc.evidence.get("unit", {}), phases=exc.evidence.get("phases", []),
+                         crash_to_verdict_s=exc.evidence.get("crash_to_verdict_s"))
     except SystemdError as exc:
         module.fail_json(msg=str(exc), phase="systemctl", kind="error")
     module.exit_json(changed=action is not None, time_to_ready=result["time_to_ready"], pid=result["pid"],

@@ -106,8 +106,12 @@ def _fail(opts, probe, tracker, state, invocation_id, why, started) -> ReadyErro
     message = (f"{opts.unit} {why} while {tracker.phase} ({where}; NRestarts={getattr(state, 'n_restarts', '?')}, "
                f"invocation {invocation_id or '?'}, {probe.clock() - started:.2f}s after the wait began). "
                f"Last journal lines of this invocation:\n" + "\n".join(lines[-opts.journal_lines:]))
+    # CLOCK_MONOTONIC is system-wide: systemd's exit timestamp and our clock compare directly (also in nspawn).
+    exited_us = int((state.raw if state is not None else {}).get("ExecMainExitTimestampMonotonic") or 0)
+    latency = round(probe.clock() - exited_us / 1e6, 3) if exited_us and probe.clock is time.monotonic else None
     return ReadyError("failed", tracker.phase, message, {
-        "unit": state.summary() if state is not None else {}, "journal": lines, "phases": tracker.history})
+        "unit": state.summary() if state is not None else {}, "journal": lines, "phases": tracker.history,
+        "crash_to_verdict_s": latency})
 
 
 def capture(unit: str, probe: Probe | None = None):
@@ -189,15 +193,18 @@ def _owner_ok(opts: Options, probe: Probe, state) -> tuple[bool, str]:
     ours = probe.unit_pids(state)
     holders = set(lst["pids"])
     foreign = sorted(holders - ours)
-    if foreign or not holders:
-        return False, f"port {opts.port} held by pids {foreign or 'unknown'} outside {state.unit} (pid {state.main_pid})"
+    if foreign:
+        return False, f"port {opts.port} held by pids {foreign} outside {state.unit} (pid {state.main_pid})"
+    if not holders:  # a socket closing with its exiting process, or owners we may not inspect (not root?)
+        return False, (f"{PHASE_NOT_LISTENING}: port {opts.port} has a listening socket with no visible owner "
+                       f"({lst.get('unreadable', 0)} processes unreadable)")
     return True, f"port {opts.port} held by {sorted(holders)}"
 
 
 def _probe_http(opts: Options, probe: Probe, tracker: Tracker, state, now: float):
     ok, why = _owner_ok(opts, probe, state)
     if not ok:
-        tracker.set(PHASE_NOT_LISTENING if why == PHASE_NOT_LISTENING else PHASE_FOREIGN, why, now)
+        tracker.set(PHASE_NOT_LISTENING if why.startswith(PHASE_NOT_LISTENING) else PHASE_FOREIGN, why, now)
         return None
     health = probe.http(opts.base_url, opts.health_path, api_key=opts.api_key, timeout=opts.http_timeout)
     if health.error == "refused":

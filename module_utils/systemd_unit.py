@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 SHOW_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "MainPID", "InvocationID", "NRestarts", "ExecMainStatus",
     "ExecMainCode", "ExecMainPID", "Result", "ControlGroup", "ExecMainStartTimestampMonotonic",
-    "ActiveEnterTimestampMonotonic",
+    "ActiveEnterTimestampMonotonic", "ExecMainExitTimestampMonotonic",
 )
 # ExecMainCode values (CLD_* from waitid): 1 exited, 2 killed, 3 dumped.
 EXIT_CODES = {"1": "exited", "2": "killed", "3": "dumped core", "0": ""}
@@ -122,12 +122,16 @@ def journal(unit: str, invocation_id: str, lines: int = 30, run=default_run) -> 
 
 
 # ---------------------------------------------------------------- processes and sockets (Linux /proc)
-def cgroup_pids(control_group: str, cgroup_root: str = "/sys/fs/cgroup") -> set[int] | None:
-    """All pids in a unit's cgroup (v2, recursive); None when it cannot be read."""
+CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")  # v2, hybrid, v1
+
+
+def cgroup_pids(control_group: str, cgroup_root: str | None = None) -> set[int] | None:
+    """All pids in a unit's cgroup (recursive; unified or v1 name=systemd hierarchy); None when unreadable."""
     if not control_group:
         return None
-    base = os.path.join(cgroup_root, control_group.lstrip("/"))
-    if not os.path.isdir(base):
+    roots = (cgroup_root,) if cgroup_root else CGROUP_ROOTS
+    base = next((b for b in (os.path.join(r, control_group.lstrip("/")) for r in roots) if os.path.isdir(b)), None)
+    if base is None:
         return None
     pids: set[int] = set()
     for dirpath, _dirs, files in os.walk(base):

@@ -1,0 +1,220 @@
+"""SGLang service role against the lab (lab "service"): profiles, idempotence, check mode, preflight rejections
+that leave the old process running, the stand-in fault matrix with its verdicts, the restart race, secrets."""
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import run_playbook
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB_NAME = "service"
+B300, CT200 = "b300-lab", "ct200-lab"
+PREPARE = "roles/sglang_service/molecule/default/prepare.yml"
+SERVICE = "playbooks/service.yml"
+RESTART_TASK = "Restart sglang service"
+FAST = {"SGLANG_STANDIN_LOAD_S": "1", "SGLANG_STANDIN_WARMUP_S": "0.5"}
+
+
+def main_pid(lab, host: str) -> int:
+    return int(lab.ssh(host, "systemctl show -p MainPID --value sglang.service").stdout.strip())
+
+
+def unit_digest(lab, host: str) -> str:
+    return lab.ssh(host, "sha256sum /etc/systemd/system/sglang.service /etc/sglang/sglang.env").stdout
+
+
+def service(lab, limit: str | None = B300, env: dict | None = None, **extra):
+    extravars = {"sglang_service_env_overrides": {**FAST, **(env or {})}, **extra}
+    return run_playbook(lab, SERVICE, limit=limit, extravars=extravars)
+
+
+def failed_task(run) -> dict:
+    failed = [ev["event_data"] for ev in run.events if ev.get("event") == "runner_on_failed"]
+    assert failed, f"nothing failed (rc={run.rc})\n{run.stdout[-2000:]}"
+    return {"task": failed[0]["task"], **failed[0]["res"]}
+
+
+@pytest.fixture(scope="module")
+def deployed(lab):
+    prep = run_playbook(lab, PREPARE)
+    assert prep.rc == 0, prep.stdout[-3000:]
+    run = service(lab, limit=None)
+    assert run.rc == 0, run.stdout[-4000:]
+    return run
+
+
+def test_both_profiles_run_as_the_service_user_and_answer(deployed, lab):
+    nv = lab.ssh(B300, "cat /etc/systemd/system/sglang.service").stdout
+    pc = lab.ssh(CT200, "cat /etc/systemd/system/sglang.service").stdout
+    assert "--speculative-algorithm DDTREE" in nv and "--speculative-ddtree-topk-cap 4" in nv and "NCCL_" not in nv
+    assert "sglang_standin.launch_server" in nv and "User=sglang" in nv
+    assert '"NCCL_P2P_LEVEL=5"' in pc and "--disable-cuda-graph" in pc and "--speculative" not in pc
+    for host, accept in ((B300, 4.48), (CT200, None)):
+        ev = deployed.result("Record the service evidence", host)["ansible_facts"]["sglang_service_evidence"]
+        assert float(ev["tok_s"]) > 0 and int(ev["pid"]) == main_pid(lab, host)
+        assert (ev["accept_length"] and float(ev["accept_length"])) == accept
+        assert lab.ssh(host, "ps -o user= -p $(systemctl show -p MainPID --value sglang.service)").stdout.strip() == "sglang"
+
+
+def test_second_run_changes_nothing_and_restarts_nothing(deployed, lab):
+    pids = {h: main_pid(lab, h) for h in (B300, CT200)}
+    run = service(lab, limit=None)
+    assert run.rc == 0
+    assert run.changed_count(B300) == 0 and run.changed_count(CT200) == 0
+    assert RESTART_TASK not in run.task_names()
+    assert {h: main_pid(lab, h) for h in (B300, CT200)} == pids
+
+
+def test_check_mode_reports_a_flag_change_and_touches_nothing(deployed, lab):
+    pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
+    run = run_playbook(lab, SERVICE, limit=B300, check=True, extravars={
+        "sglang_service_env_overrides": FAST, "sglang_service_server_overrides": {"context_length": 16384}})
+    assert run.rc == 0, run.stdout[-3000:]
+    assert run.result("Systemd unit", B300)["changed"]
+    assert run.result(RESTART_TASK, B300)["changed"]
+    assert (main_pid(lab, B300), unit_digest(lab, B300)) == (pid, digest)
+
+
+def test_flags_rejected_by_the_parser_leave_the_old_service_running(deployed, lab):
+    pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
+    run = service(lab, sglang_service_extra_args={"speculative-ddtree-bugdet": 8})
+    assert run.rc != 0
+    failure = failed_task(run)
+    assert failure["task"] == "Ask the installed server's parser whether the new flags are accepted"
+    assert "unrecognized arguments: --speculative-ddtree-bugdet 8" in failure["msg"]
+    assert (main_pid(lab, B300), unit_digest(lab, B300)) == (pid, digest)
+    assert lab.ssh(B300, "systemctl is-active sglang.service").stdout.strip() == "active"
+
+
+def test_static_rules_refuse_before_any_change(deployed, lab):
+    pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
+    run = service(lab, deploy_gpu_compute_capability="10.3", sglang_service_speculative_overrides={"budget": 16},
+                  sglang_service_server_overrides={"attention_backend": "fa3"})
+    failure = failed_task(run)
+    assert failure["task"].startswith("Static validation")
+    assert "[sm103_budget_cuda_graphs]" in failure["msg"] and "[ddtree_triton]" in failure["msg"]
+    assert run.stats().get("changed", {}).get(B300, 0) == 0
+    assert (main_pid(lab, B300), unit_digest(lab, B300)) == (pid, digest)
+
+
+# The fault matrix, two faults per playbook run (one per lab host; extra vars are templated per host).
+FAULT_RUNS = [
+    {B300: "crash_loading", CT200: "crash_warmup"},
+    {B300: "bind_then_die", CT200: "garbage"},
+    {B300: "sm103", CT200: "hang"},
+    {B300: "hang_warmup"},
+]
+CRASHES = {"crash_loading": "crash_loading", "crash_warmup": "crash_warmup", "bind_then_die": "bind_then_die",
+           "sm103": "illegal memory access"}
+HANGS = {"hang": "not listening", "hang_warmup": "warming up"}
+
+
+def _fault_env(fault: str) -> dict:
+    return {**FAST, **({"SGLANG_STANDIN_GPU_CC": "10.3"} if fault == "sm103" else {"SGLANG_STANDIN_FAULT": fault})}
+
+
+@pytest.fixture(scope="module")
+def fault_results(deployed, lab) -> dict:
+    """{fault: the failed task's event data}, from len(FAULT_RUNS) playbook runs."""
+    out = {}
+    for pairing in FAULT_RUNS:
+        envs = {host: _fault_env(fault) for host, fault in pairing.items()}
+        extravars = {
+            "sglang_service_env_overrides": "{{ %r[inventory_hostname] }}" % envs,
+            "sglang_service_speculative_overrides": "{{ {'budget': 16} if inventory_hostname == %r else {} }}" % (
+                next((h for h, f in pairing.items() if f == "sm103"), ""),),
+            "sglang_service_ready_timeout": 5 if {"hang", "hang_warmup"} & set(pairing.values()) else 60,
+        }
+        run = run_playbook(lab, SERVICE, limit=",".join(pairing), extravars=extravars)
+        for ev in run.events:
+            if ev.get("event") == "runner_on_failed":
+                data = ev["event_data"]
+                out[pairing[data["host"]]] = {"task": data["task"], **data["res"]}
+        missing = set(pairing.values()) - set(out)
+        assert not missing, f"faults {missing} did not fail the play\n{run.stdout[-3000:]}"
+    return out
+
+
+@pytest.mark.parametrize("fault", sorted(CRASHES))
+def test_crash_verdict_names_the_crash_with_this_invocations_journal(fault_results, fault):
+    failure = fault_results[fault]
+    assert failure["task"] == RESTART_TASK and failure["kind"] == "failed", failure["msg"]
+    assert CRASHES[fault] in failure["msg"] and "Main process exited" in failure["msg"]
+    assert "[REDACTED]" in failure["msg"]  # the stand-in logs server_args with the key, like SGLang
+    latency = failure.get("crash_to_verdict_s")
+    print(f"\n{fault}: crash-to-verdict {latency} s (phase {failure['phase']!r})")
+    assert latency is not None
+
+
+@pytest.mark.parametrize("fault", sorted(HANGS))
+def test_hang_times_out_naming_the_phase(fault_results, fault):
+    failure, phase = fault_results[fault], HANGS[fault]
+    assert failure["task"] == RESTART_TASK and failure["kind"] == "timeout"
+    assert failure["phase"] == phase and f"phase '{phase}'" in failure["msg"]
+
+
+def test_garbage_output_fails_the_smoke_test_showing_outputs(fault_results):
+    failure = fault_results["garbage"]
+    assert failure["task"].startswith("Known-answer prompts")
+    assert "U+FFFD" in failure["msg"] and failure["answers"][0]["output"].startswith("\ufffd")
+
+
+def test_restart_race_never_reports_ready_from_the_old_process(deployed, lab):
+    slow = {"SGLANG_STANDIN_FAULT": "slow_shutdown", "SGLANG_STANDIN_SHUTDOWN_S": "4"}
+    first = service(lab, env=slow)
+    assert first.rc == 0, first.stdout[-3000:]
+    old_pid = main_pid(lab, B300)
+    # Any change restarts; the old process keeps answering /health 200 for 4 s after SIGTERM.
+    run = service(lab, env={**slow, "SGLANG_STANDIN_TTFT_MS": "41"})
+    assert run.rc == 0, run.stdout[-3000:]
+    res = run.result(RESTART_TASK, B300)
+    assert res["pid"] != old_pid and res["pid"] == main_pid(lab, B300)
+    stopping = [p for p in res["phases"] if p["phase"] == "stopping previous process"]
+    assert stopping and stopping[0]["seconds"] >= 3.0, res["phases"]  # waited out the old answering process
+
+
+def test_secrets_never_in_verbose_output_nor_readable_files(deployed, lab, tmp_path):
+    key = "vk-" + secrets.token_hex(16)
+    password = tmp_path / "vault-pass"
+    password.write_text(secrets.token_hex(16))
+    password.chmod(0o600)
+    venv_bin = ROOT / ".venv" / "bin"
+    env = {**os.environ, "LAB_NAME": lab.name, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONPATH": str(ROOT),
+           "PATH": f"{venv_bin}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"}
+    enc = subprocess.run([str(venv_bin / "ansible-vault"), "encrypt_string", "--vault-password-file", str(password),
+                          "--name", "vault_sglang_service_api_key", key], capture_output=True, text=True, env=env,
+                         check=True)
+    varsfile = tmp_path / "vault.yml"
+    varsfile.write_text("---\n" + enc.stdout)
+    proc = subprocess.run([str(venv_bin / "ansible-playbook"), "-vvvv", SERVICE, "-l", B300, "-e", f"@{varsfile}",
+                           "--vault-password-file", str(password), "-e",
+                           '{"sglang_service_env_overrides": %s}' % str(FAST).replace("'", '"')],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "Restart sglang service" in proc.stdout  # the key changed, so the service restarted with it
+    assert key not in proc.stdout and key not in proc.stderr
+    # Every file on the host holding the key must be root-only; the journal holds it redacted.
+    # Everywhere a deployment writes (/usr outside /usr/local is the distribution's, untouched by plays).
+    found = lab.ssh(B300, f"grep -rlF --exclude-dir=host -- '{key}' /etc /var /opt /srv /tmp /root /home /run "
+                          "/usr/local || true", timeout=300).stdout.split()
+    assert found == ["/etc/sglang/sglang.env"], found
+    mode = lab.ssh(B300, "stat -c '%a %U' /etc/sglang /etc/sglang/sglang.env").stdout.split()
+    assert mode == ["700", "root", "600", "root"]
+    pid = main_pid(lab, B300)
+    assert key not in lab.ssh(B300, f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
+    assert lab.ssh(B300, f"journalctl -u sglang.service --no-pager | grep -c -F -- '{key}' || true").stdout.strip() == "0"
+    # The service answers with the vault key.
+    ok = lab.ssh(B300, f"curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {key}' "
+                       "http://127.0.0.1:30001/v1/models").stdout
+    assert ok == "200"
+
+
+def test_recovers_to_the_healthy_profile(deployed, lab):
+    run = service(lab, limit=None)
+    assert run.rc == 0, run.stdout[-3000:]
+    assert lab.ssh(B300, "systemctl is-active sglang.service").stdout.strip() == "active"
