@@ -75,3 +75,16 @@ def test_verify_names_the_login_file_that_overrides_cuda_home(lab, playbook, cle
         assert "CUDA_HOME=/usr/local/cuda and" in res["msg"] and "/root/.profile" in res["msg"], res["msg"]
     finally:
         lab.ssh(HOST, "sed -i '/CUDA_HOME/d' /root/.profile")
+
+
+def test_a_session_cuda_home_does_not_fool_the_login_check(lab, playbook, clean_host):
+    """Found on the H200 (its image exports CUDA_HOME=/usr/local/cuda): the command module expanded $CUDA_HOME
+    itself, so the check saw the session's value instead of the login shell's."""
+    lab.ssh(HOST, "echo CUDA_HOME=/usr/local/cuda >> /etc/environment")   # pam_env: in every SSH session
+    try:
+        run = playbook("playbooks/cuda.yml", limit=HOST)
+        assert run.rc == 0, run.stdout[-3000:]
+        res = run.result("Read CUDA_HOME and nvcc from a login shell (and which login files mention CUDA_HOME)", HOST)
+        assert res["stdout_lines"][:2] == ["/usr/local/cuda-13.0", "/usr/local/cuda-13.0/bin/nvcc"]
+    finally:
+        lab.ssh(HOST, "sed -i '/CUDA_HOME/d' /etc/environment")
