@@ -10,15 +10,37 @@ description:
     C(sglang.srt.server_args); the lab stand-in C(sglang_standin.server_args)). Starts, writes and restarts nothing,
     so it also runs in check mode.
   - On rejection it fails with the parser's own message (argparse's C(error:) line or the exception).
-  - The API key is never passed: with I(with_api_key) a placeholder checks that C(--api-key) is accepted.
+  - The API key is never passed; with I(with_api_key) a placeholder checks that C(--api-key) is accepted.
 options:
-  python: {description: the venv's python (e.g. /opt/sglang/venv/bin/python)., type: path, required: true}
-  parser_module: {description: module with prepare_server_args., type: str, default: sglang.srt.server_args}
-  function: {description: the parsing function., type: str, default: prepare_server_args}
-  argv: {description: server flags (from the sglang_argv filter)., type: list, elements: str, required: true}
-  with_api_key: {description: add C(--api-key <placeholder>) like the launcher will., type: bool, default: false}
-  environment: {description: extra environment (e.g. CUDA_HOME, LD_LIBRARY_PATH) for the import., type: dict, default: {}}
-  timeout: {description: seconds allowed for import and parse., type: float, default: 300}
+  python:
+    description: "the venv's python (e.g. /opt/sglang/venv/bin/python)."
+    type: path
+    required: true
+  parser_module:
+    description: "module with prepare_server_args."
+    type: str
+    default: sglang.srt.server_args
+  function:
+    description: "the parsing function."
+    type: str
+    default: prepare_server_args
+  argv:
+    description: "server flags (from the sglang_argv filter)."
+    type: list
+    elements: str
+    required: true
+  with_api_key:
+    description: "add C(--api-key <placeholder>) like the launcher will."
+    type: bool
+    default: false
+  environment:
+    description: "extra environment (e.g. CUDA_HOME, LD_LIBRARY_PATH) for the import."
+    type: dict
+    default: {}
+  timeout:
+    description: "seconds allowed for import and parse."
+    type: float
+    default: 300
 author: [sglang-deploy]
 """
 

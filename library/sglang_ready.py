@@ -15,10 +15,22 @@ description:
   - A timeout names the phase it was stuck in (stopping previous process, starting, not listening, old process
     listening, warming up, answering).
 options:
-  name: {description: systemd unit name (e.g. sglang.service)., type: str, required: true}
-  url: {description: base URL to probe from the host itself (e.g. http://127.0.0.1:30001)., type: str, required: true}
-  model_id: {description: id C(/v1/models) must list; empty accepts any., type: str, default: ""}
-  api_key: {description: bearer key for C(/v1/models) (never logged)., type: str, no_log: true}
+  name:
+    description: "systemd unit name (e.g. sglang.service)."
+    type: str
+    required: true
+  url:
+    description: "base URL to probe from the host itself (e.g. http://127.0.0.1:30001)."
+    type: str
+    required: true
+  model_id:
+    description: "id C(/v1/models) must list; empty accepts any."
+    type: str
+    default: ""
+  api_key:
+    description: "bearer key for C(/v1/models) (never logged)."
+    type: str
+    no_log: true
   state:
     description:
       - C(ready) only waits; C(started) starts the unit when it is not running, then waits;
@@ -26,12 +38,26 @@ options:
     type: str
     choices: [ready, started, restarted]
     default: ready
-  timeout: {description: seconds to wait for readiness (model load on 8x B300 takes ~6 min)., type: float, default: 900}
-  poll_interval: {description: seconds between polls; bounds the crash-to-verdict latency., type: float, default: 0.25}
-  health_path: {description: readiness path (C(/health) or C(/health_generate))., type: str, default: /health}
-  check_listener_owner: {description: require the port's listening sockets to belong to the unit's processes., type: bool,
-                         default: true}
-  journal_lines: {description: journal lines of the failed invocation to include., type: int, default: 40}
+  timeout:
+    description: "seconds to wait for readiness (model load on 8x B300 takes ~6 min)."
+    type: float
+    default: 900
+  poll_interval:
+    description: "seconds between polls; bounds the crash-to-verdict latency."
+    type: float
+    default: 0.25
+  health_path:
+    description: "readiness path (C(/health) or C(/health_generate))."
+    type: str
+    default: /health
+  check_listener_owner:
+    description: "require the port's listening sockets to belong to the unit's processes."
+    type: bool
+    default: true
+  journal_lines:
+    description: "journal lines of the failed invocation to include."
+    type: int
+    default: 40
 author: [sglang-deploy]
 """
 

@@ -10,19 +10,40 @@ description:
   - Detects degenerate output (empty, U+FFFD replacement characters, repetition loops).
   - Streams one longer generation to measure decode tok/s and TTFT; reads the speculative accept length from
     C(/server_info) (C(internal_states[0].avg_spec_accept_length)).
-  - Read-only for the host: never reports changed. Fails showing every output.
+  - Read-only for the host (never reports changed). Fails showing every output.
 options:
-  url: {description: base URL (e.g. http://127.0.0.1:30001)., type: str, required: true}
-  model_id: {description: model name to send., type: str, required: true}
-  api_key: {description: bearer key (never logged)., type: str, no_log: true}
+  url:
+    description: "base URL (e.g. http://127.0.0.1:30001)."
+    type: str
+    required: true
+  model_id:
+    description: "model name to send."
+    type: str
+    required: true
+  api_key:
+    description: "bearer key (never logged)."
+    type: str
+    no_log: true
   prompts:
     description: list of C({prompt, expect}) (expect is a case-insensitive regex); default is three known-answer prompts.
     type: list
     elements: dict
-  max_tokens: {description: max tokens per known-answer prompt., type: int, default: 32}
-  throughput_tokens: {description: tokens of the streamed generation (0 skips it)., type: int, default: 128}
-  min_tok_s: {description: fail below this decode speed (0 = record only)., type: float, default: 0}
-  timeout: {description: per-request timeout in seconds., type: float, default: 120}
+  max_tokens:
+    description: "max tokens per known-answer prompt."
+    type: int
+    default: 32
+  throughput_tokens:
+    description: "tokens of the streamed generation (0 skips it)."
+    type: int
+    default: 128
+  min_tok_s:
+    description: "fail below this decode speed (0 = record only)."
+    type: float
+    default: 0
+  timeout:
+    description: "per-request timeout in seconds."
+    type: float
+    default: 120
 author: [sglang-deploy]
 """
 
