@@ -157,3 +157,20 @@ def test_real_h200_role_gate_logs():
     bad = (FIX / "h200-role-gate-fail.log").read_text()
     assert "GPU driver gate failed: expected 8 GPU(s), found 1; expected compute capability 10.3" in bad
     assert "changed=0" in bad and "failed=1" in bad
+
+
+def test_real_h200_role_verify_with_torch_probe():
+    """The cuda role's preflight+configure+verify on the H200's own CUDA 13.0 toolkit, torch probe included;
+    the second run changes nothing."""
+    first = (FIX / "h200-role-verify-1.log").read_text()
+    assert "CUDA 13.0 via apt at /usr/local/cuda-13.0: Cuda compilation tools, release 13.0, V13.0.88" in first
+    assert "failed=0" in first
+    probe = None
+    for line in first.splitlines():
+        if line.startswith("ok:") and '"torch_probe": {' in line:
+            probe = json.loads(line.split("=> ", 1)[1])["torch_probe"]
+    assert probe and probe["ok"] and probe["torch_version"].startswith("2.11.0")
+    assert probe["devices"][0]["name"] == "NVIDIA H200" and probe["devices"][0]["matmul_ok"]
+    assert probe["nccl_single"]["value"] == 3.0 and probe["nccl_multi"]["values"] == [1.0]
+    second = (FIX / "h200-role-verify-2.log").read_text()
+    assert "changed=0" in second and "failed=0" in second
