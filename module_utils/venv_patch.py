@@ -4,12 +4,12 @@ A series is a directory of unified diffs relative to site-packages (``patch -p1`
 ``series`` file (one file name a line, ``#`` comments; quilt's format). Without a ``series`` file the
 ``*.patch``/``*.diff`` files are taken in name order.
 
-Each patch is in exactly one of three states, decided by dry runs (nothing is written to decide):
-    applied      the reverse dry run succeeds (``patch -R --dry-run``)
-    applicable   the forward dry run succeeds
-    conflict     neither: the error names the patch and shows the hunks GNU patch rejected
-Applying is idempotent: applied patches are skipped, applicable ones applied in order, a conflict stops the
-series before anything of that patch is written (and, in a build, before the stage is swapped in).
+The state of a series is decided on a scratch copy of the files it touches (nothing in site-packages is
+written to decide): the applied prefix is the longest one whose patches reverse-apply, last patch first
+(``patch -R``; a later patch may change lines an earlier one added, so a patch is never judged alone); the
+rest must then apply in order (``patch --forward``, no fuzz). A patch that neither applies nor is applied is a
+conflict: the error names it and shows the hunks GNU patch rejected, and nothing of the series is written.
+Applying is idempotent: applied patches are skipped, the rest applied in order.
 """
 from __future__ import annotations
 

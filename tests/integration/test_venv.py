@@ -151,6 +151,16 @@ def test_killed_transfer_leaves_live_venv_intact(lab):
         ["big.bin"]
 
 
+def test_check_mode_on_a_host_without_the_venv_changes_nothing(lab, playbook):
+    run = playbook(PLAYBOOK, limit="b300-lab", check=True,
+                   extravars={"venv_method": "build", "venv_path": "/opt/checkmode/venv",
+                              "venv_build_dir": "/var/lib/checkmode"})
+    assert run.rc == 0, run.stdout[-4000:]
+    assert run.result("Build the venv (skipped when the live venv matches the recipe and its recorded content)",
+                      "b300-lab")["built"] is True
+    assert sh(lab, "b300-lab", "ls -d /opt/checkmode /var/lib/checkmode 2>/dev/null | wc -l") == "0"
+
+
 @pytest.mark.parametrize("case", ["unknown_flavour", "missing_patch_file", "empty_ddtree_series", "source_without_venv"])
 def test_bad_input_fails_before_the_target_changes(lab, playbook, tmp_path, case):
     before = sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg; md5sum {FACT}")
