@@ -74,28 +74,32 @@ def target_command(conn: dict, stage: str, zstd_level: int) -> str:
     return "bash -o pipefail -c " + shlex.quote(f"{guard}; {tar}")
 
 
-def relay(src_fd: int, dst_fd: int, bwlimit: float = 0.0, chunk: int = 1 << 20) -> int:
-    """Move bytes src_fd -> dst_fd until EOF (splice, no copy through Python). bwlimit bytes/s, 0 = none."""
+def relay(src_fd: int, dst_fd: int, bwlimit: float = 0.0, chunk: int = 1 << 20) -> tuple[int, bool]:
+    """Move bytes src_fd -> dst_fd until EOF (splice, no copy through Python). bwlimit bytes/s, 0 = none.
+    Returns (bytes moved, whether the reader closed early)."""
     moved = 0
     started = time.monotonic()
     use_splice = hasattr(os, "splice")
     while True:
-        if use_splice:
-            try:
-                n = os.splice(src_fd, dst_fd, chunk)
-            except OSError as exc:
-                if exc.errno not in (errno.EINVAL, errno.ENOSYS):
-                    raise
-                use_splice = False
-                continue
-        else:
-            data = os.read(src_fd, chunk)
-            n = len(data)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(dst_fd, view):]
+        try:
+            if use_splice:
+                try:
+                    n = os.splice(src_fd, dst_fd, chunk)
+                except OSError as exc:
+                    if exc.errno not in (errno.EINVAL, errno.ENOSYS):
+                        raise
+                    use_splice = False
+                    continue
+            else:
+                data = os.read(src_fd, chunk)
+                n = len(data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(dst_fd, view):]
+        except BrokenPipeError:
+            return moved, True
         if n == 0:
-            return moved
+            return moved, False
         moved += n
         if bwlimit > 0:
             ahead = moved / bwlimit - (time.monotonic() - started)
@@ -123,11 +127,13 @@ def stream(src: dict, dst: dict, src_path: str, stage: str, files: list[str] | N
     try:
         s.stdin.write(listing)  # small (paths only); tar reads the whole list before it writes much
         s.stdin.close()
-        try:
-            moved = relay(s.stdout.fileno(), d.stdin.fileno(), bwlimit)
-        except BrokenPipeError:  # the target side ended early: its stderr says why
-            moved = -1
-            s.kill()
+        moved, early = relay(s.stdout.fileno(), d.stdin.fileno(), bwlimit)
+        if early:
+            # The target side stopped reading. tar -x stops at the end-of-archive blocks and may leave the
+            # record padding unread; anything else shows up as a non-zero exit status below. Drain the source
+            # so it can finish; the stage is verified against the source manifest before any swap anyway.
+            while s.stdout.read(1 << 20):
+                pass
         try:
             d.stdin.close()
         except BrokenPipeError:
@@ -142,7 +148,7 @@ def stream(src: dict, dst: dict, src_path: str, stage: str, files: list[str] | N
         raise
     err_s = s.stderr.read().decode(errors="replace")[-2000:]
     err_d = d.stderr.read().decode(errors="replace")[-2000:]
-    if rc_s != 0 or rc_d != 0 or moved < 0:
+    if rc_s != 0 or rc_d != 0:
         raise RuntimeError(f"stream failed: source rc={rc_s} {err_s.strip()!r}; target rc={rc_d} {err_d.strip()!r}")
     seconds = time.monotonic() - started
     return {"via": via, "bytes": moved, "seconds": round(seconds, 3),

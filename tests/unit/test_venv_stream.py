@@ -59,7 +59,8 @@ def test_relay_counts_and_limits_bandwidth():
             pass
         os._exit(0)
     os.close(r2)
-    moved = st.relay(r, w2)
+    moved, early = st.relay(r, w2)
+    assert not early
     os.close(w2)
     os.waitpid(pid, 0)
     os.waitpid(reader_pid, 0)
