@@ -773,8 +773,12 @@ class Fetcher:
             spec = {"id": job.id, "file": t.data, "max_files": self.max_files,
                     "chunk_size": self.chunk_size}
             if mode == "direct":
-                spec["url"] = self.url_for(t.remote)
-                if self.token:
+                # The URL located above, not the resolve URL: hf_transfer re-sends the token to any redirect
+                # target on the same host name (it ignores the port), so it gets the token only for Hub-served
+                # bytes and never for the LFS file server.
+                url, auth = t.data_url
+                spec["url"] = url
+                if self.token and auth:
                     spec["headers"] = {"authorization": "Bearer %s" % self.token}
                 if self.inner_retries:
                     spec["retries"] = self.inner_retries
@@ -837,6 +841,8 @@ class Fetcher:
                 err = "hf_transfer finished %s but holes remain (short answer from the server?)" % t.remote.path
         else:
             err = job.error or msg.get("error") or "unknown error"
+        if " 403 " in err or " 401 " in err or "403 Forbidden" in err:
+            t.data_url_stale = True  # a signed URL may have expired: locate again before the retry
         fatal = job.fatal or "No space left on device" in err or "os error 28" in err
         self._fail(t, err, fatal, job.retry_after)
 

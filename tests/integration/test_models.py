@@ -1,0 +1,168 @@
+"""roles/models against the lab: real playbook runs on nspawn hosts, bytes from test Hubs on the lab gateway.
+
+The lab's own test Hub (lab/core.py LAB_SERVICES) serves the demo repos of group_vars/lab/models.yml; tests that
+need faults, a token or hostile trees start their own Hub on the gateway (hosts reach it without the proxy).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.testhub import HubProcess
+from tests.integration.conftest import run_playbook
+
+LAB_NAME = "models"
+PLAYBOOK = "playbooks/models.yml"
+ROOT = Path(__file__).resolve().parents[2]
+MiB = 1 << 20
+
+
+def sh(lab, host, cmd, check=True):
+    return lab.ssh(host, cmd, check=check).stdout.strip()
+
+
+def remote_sha256(lab, host, root):
+    out = sh(lab, host, f"cd {root} && find . -path ./.hf_model -prune -o -type f -print0 | sort -z | "
+                        "xargs -0 -r sha256sum")
+    return dict(reversed(line.split(None, 1)) for line in out.splitlines())
+
+
+@pytest.fixture(scope="module")
+def gateway(lab):
+    return lab.state()["gateway"]
+
+
+def own_hub(gateway, **kw):
+    return HubProcess(bind=gateway, **kw)
+
+
+def models_vars(hub, repos, **extra):
+    return {"models_hf_endpoint": hub.endpoint, "models_root": "/srv/itest-models",
+            "models_list": [{"name": n, "repo_id": r, "revision": "main"} for n, r in repos], **extra}
+
+
+def test_check_mode_then_converge_then_noop_on_both_hosts(lab, playbook):
+    sh(lab, "b300-lab", "rm -rf /srv/models /opt/sglang/hf-tools")
+    check = playbook(PLAYBOOK, check=True)
+    assert check.rc == 0, check.stdout[-4000:]
+    plan = check.result("Plan each model against the Hub (read-only; refuses hostile trees)", "b300-lab")
+    assert [r["files_to_fetch"] for r in plan["results"]] == [r["files_total"] for r in plan["results"]]
+    assert all(r["bytes_to_fetch"] > 0 for r in plan["results"])
+    assert sh(lab, "b300-lab", "test -e /srv/models || test -e /opt/sglang/hf-tools && echo changed || echo clean") \
+        == "clean"
+
+    run = playbook(PLAYBOOK)
+    assert run.rc == 0, run.stdout[-4000:]
+    # progress lines (percent, rate, ETA) reached the play output
+    assert "100.0%" in run.stdout and "ETA" in run.stdout and "MiB/s" in run.stdout
+    for host in ("b300-lab", "ct200-lab"):
+        for model in ("Kimi-K2.6", "Kimi-K2.6-DFlash-tmp-long"):
+            manifest = json.loads(sh(lab, host, f"cat /srv/models/{model}/.hf_model/manifest.json"))
+            on_disk = remote_sha256(lab, host, f"/srv/models/{model}")
+            assert {f"./{p}": r["sha256"] for p, r in manifest["files"].items()} == on_disk
+            assert len(manifest["revision"]) == 40
+    again = playbook(PLAYBOOK)
+    assert again.rc == 0 and again.changed_count("b300-lab") == 0 and again.changed_count("ct200-lab") == 0, \
+        again.stdout[-3000:]
+
+
+def test_corrupted_weight_is_found_by_full_verify_and_refetched(lab, playbook):
+    path = "/srv/models/Kimi-K2.6/model-00002-of-00004.safetensors"
+    good = sh(lab, "b300-lab", f"sha256sum {path}").split()[0]
+    sh(lab, "b300-lab", f"t=$(stat -c %y {path}); printf 'X' | dd of={path} bs=1 seek=1000 conv=notrunc status=none; "
+                        f"touch -d \"$t\" {path}")
+    run = playbook(PLAYBOOK, limit="b300-lab", extravars={"models_verify": "full"})
+    assert run.rc == 0, run.stdout[-4000:]
+    assert sh(lab, "b300-lab", f"sha256sum {path}").split()[0] == good
+    result = run.result("Result of Kimi-K2.6", "b300-lab")
+    assert result["files_rehashed_bad"] == ["model-00002-of-00004.safetensors"] and result["files_fetched"] == 1
+
+
+@pytest.mark.parametrize("repo,needle", [("h/dotdot", "hostile tree entry"), ("h/abs", "hostile tree entry"),
+                                         ("h/lie", "size lie")])
+def test_hostile_hub_is_refused(lab, playbook, gateway, repo, needle):
+    repos = ["h/dotdot:shards=1,hostile=dotdot", "h/abs:shards=1,hostile=absolute", "h/lie:shards=1,hostile=size_lie"]
+    with own_hub(gateway, seed=3, repos=repos) as hub:
+        sh(lab, "b300-lab", "rm -rf /srv/itest-models")
+        run = playbook(PLAYBOOK, limit="b300-lab", extravars=models_vars(hub, [("evil", repo)]))
+        assert run.rc != 0 and needle in run.stdout, run.stdout[-3000:]
+    # nothing escaped the model directory, nothing unverified was put in place
+    assert sh(lab, "b300-lab", "test -e /etc/evil.json && echo yes || echo no") == "no"
+    listing = sh(lab, "b300-lab", "find /srv/itest-models -path '*/.hf_model' -prune -o -type f -print 2>/dev/null",
+                 check=False)
+    assert "nested.bin" not in listing
+
+
+def test_preflight_refuses_a_too_small_disk_before_any_change(lab, playbook):
+    sh(lab, "ct200-lab", "rm -rf /srv/models /opt/sglang/hf-tools")
+    run = playbook(PLAYBOOK, limit="ct200-lab", extravars={"models_free_space_margin_mb": 1 << 30})
+    assert run.rc != 0 and "not enough space" in run.stdout, run.stdout[-3000:]
+    assert sh(lab, "ct200-lab", "test -e /srv/models || test -e /opt/sglang/hf-tools && echo changed || echo clean") \
+        == "clean"
+
+
+def test_token_reaches_the_hub_but_no_file_other_users_can_read(lab, playbook, gateway):
+    token = "hf_itest_" + os.urandom(8).hex()
+    with own_hub(gateway, seed=4, repos=["p/private:shards=1,shard_size=3MiB"], token=token) as hub:
+        sh(lab, "b300-lab", "rm -rf /srv/itest-models")
+        denied = playbook(PLAYBOOK, limit="b300-lab", extravars=models_vars(hub, [("priv", "p/private")]))
+        assert denied.rc != 0 and "RepoNotFound" in denied.stdout
+        run = playbook(PLAYBOOK, limit="b300-lab", envvars={"HF_TOKEN": token},
+                       extravars=models_vars(hub, [("priv", "p/private")]))
+        assert run.rc == 0, run.stdout[-3000:]
+        assert hub.stats()["file_auth_headers"] == 0  # the LFS file server never saw the token
+    assert token not in run.stdout
+    leaks = sh(lab, "b300-lab", f"grep -rIl --exclude-dir=proc --exclude-dir=sys {token} / 2>/dev/null | "
+                                "xargs -r stat -c '%a %U %n'", check=False)
+    for line in filter(None, leaks.splitlines()):
+        mode = int(line.split()[0], 8)
+        assert not mode & 0o044, f"token readable by others: {line}"
+
+
+def test_sigkill_of_the_controller_mid_download_then_rerun(lab, gateway):
+    size = 96 * MiB
+    with own_hub(gateway, seed=5, repos=["big/one:shards=1,shard_size=96MiB,small=false"],
+                 faults=[{"kind": "stall", "offset": 70 * MiB, "stall_s": 600}]) as hub:
+        sh(lab, "b300-lab", "rm -rf /srv/itest-models")
+        extra = models_vars(hub, [("one", "big/one")], models_chunk_size_mb=4, models_connections=4,
+                            models_stall_timeout=300, models_poll_interval=1)
+        env = {**os.environ, "LAB_NAME": lab.name, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONPATH": str(ROOT)}
+        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab", PLAYBOOK, "-l", "b300-lab",
+               "-e", json.dumps(extra)]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 240
+            done = 0
+            while time.monotonic() < deadline and proc.poll() is None:
+                out = sh(lab, "b300-lab", "cat /srv/itest-models/one/.hf_model/progress.json 2>/dev/null || echo {}",
+                         check=False)
+                done = json.loads(out or "{}").get("bytes_done", 0)
+                if done >= 50 * MiB:
+                    break
+                time.sleep(0.5)
+            assert proc.poll() is None and done >= 50 * MiB, f"download not caught midway ({done})"
+            os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        served_before = hub.stats()["bytes"]
+        hub.set_faults([])
+        hub.reset()
+        run = run_playbook(lab, PLAYBOOK, limit="b300-lab", extravars=extra)
+        assert run.rc == 0, run.stdout[-4000:]
+        result = run.result("Result of one", "b300-lab")
+        assert result["took_over_pid"], "the rerun should have stopped the orphaned worker"
+        refetched = hub.stats()["bytes"] - (size - result["bytes_resumed"])
+        assert refetched <= 4 * 4 * MiB + 2, (refetched, served_before, result)
+    digest = sh(lab, "b300-lab", "sha256sum /srv/itest-models/one/model-00001-of-00001.safetensors").split()[0]
+    assert digest == json.loads(sh(lab, "b300-lab", "cat /srv/itest-models/one/.hf_model/manifest.json"))[
+        "files"]["model-00001-of-00001.safetensors"]["sha256"]
