@@ -164,9 +164,9 @@ def test_garbage_output_fails_the_smoke_test_showing_outputs(fault_results):
     assert "U+FFFD" in failure["msg"] and failure["answers"][0]["output"].startswith("\ufffd")
 
 
-def test_restart_race_never_reports_ready_from_the_old_process(deployed, lab):
+def test_restart_race_never_reports_ready_from_the_old_process(fault_results, lab):
     slow = {"SGLANG_STANDIN_FAULT": "slow_shutdown", "SGLANG_STANDIN_SHUTDOWN_S": "4"}
-    first = service(lab, env=slow)
+    first = service(lab, env=slow)  # also recovers b300-lab from the hung start the fault matrix left
     assert first.rc == 0, first.stdout[-3000:]
     old_pid = main_pid(lab, B300)
     # Any change restarts; the old process keeps answering /health 200 for 4 s after SIGTERM.
@@ -212,9 +212,3 @@ def test_secrets_never_in_verbose_output_nor_readable_files(deployed, lab, tmp_p
     ok = lab.ssh(B300, f"curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {key}' "
                        "http://127.0.0.1:30001/v1/models").stdout
     assert ok == "200"
-
-
-def test_recovers_to_the_healthy_profile(deployed, lab):
-    run = service(lab, limit=None)
-    assert run.rc == 0, run.stdout[-3000:]
-    assert lab.ssh(B300, "systemctl is-active sglang.service").stdout.strip() == "active"

@@ -188,3 +188,17 @@ def test_non_zero_node_rank_serves_dummy_health():
                      env=FAST) as srv:
         srv.wait_for_line("dummy /health")
         assert sglang_http.call(srv.url, "/health").status == 200
+
+
+def test_stdlib_build_backend_makes_an_installable_wheel(tmp_path):
+    import zipfile
+    sys.path.insert(0, str(ROOT / "lab" / "sglang_standin" / "build_backend"))
+    import standin_build
+    name = standin_build.build_wheel(str(tmp_path))
+    assert standin_build.get_requires_for_build_wheel() == []
+    with zipfile.ZipFile(tmp_path / name) as zf:
+        names = set(zf.namelist())
+        record = zf.read(f"{standin_build._dist_info()}/RECORD").decode()
+    assert "sglang_standin/launch_server.py" in names and "sglang_standin/server_args.py" in names
+    assert all(n in record for n in names)
+    assert name.startswith("sglang_standin-0.5.23") and name.endswith("-py3-none-any.whl")
