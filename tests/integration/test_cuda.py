@@ -30,6 +30,11 @@ def test_gate_fails_before_any_change_when_gpus_are_expected(lab, playbook, clea
 
 
 def test_pip_route_installs_real_nvcc_13_0_and_is_idempotent(lab, playbook, clean_host):
+    lab.ssh(HOST, CLEAN)
+    dry = playbook("playbooks/cuda.yml", limit=HOST, check=True)
+    assert dry.rc == 0 and dry.changed_count(HOST) > 0, dry.stdout[-3000:]   # check mode on a fresh host: truthful
+    assert lab.ssh(HOST, "ls -d /opt/cuda-13.0-pip /usr/local/cuda-13.0 2>&1 | grep -c 'No such file'").stdout.strip() == "2"
+
     first = playbook("playbooks/cuda.yml", limit=HOST)
     assert first.rc == 0, first.stdout[-3000:]
     assert first.changed_count(HOST) > 0

@@ -40,6 +40,12 @@ def test_wrong_repository_key_is_refused_before_the_keyring_is_installed(lab, pl
 
 
 def test_apt_route_installs_the_pinned_toolkit_and_is_idempotent(lab, playbook, repo):
+    lab.ssh(HOST, CLEAN)
+    dry = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), check=True)
+    assert dry.rc == 0 and dry.changed_count(HOST) > 0, dry.stdout[-3000:]   # check mode on a fresh host: truthful
+    assert lab.ssh(HOST, "ls /var/cache/cuda-keyring /usr/local/cuda-13.0 /etc/apt/preferences.d/cuda-toolkit-13-0.pref "
+                         "2>&1 | grep -c 'No such file'").stdout.strip() == "3"
+
     first = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info))
     assert first.rc == 0, first.stdout[-3000:]
     assert first.changed_count(HOST) > 0
