@@ -36,6 +36,11 @@ class Run:
                 found = row
         return found
 
+    def for_host(self, host):
+        """The same run restricted to one host's rows (a sweep on several hosts is reported host by host)."""
+        return Run(name=self.name, cells=[c for c in self.cells if c.get("host") == host],
+                   configs=[c for c in self.configs if c.get("host") == host], problems=list(self.problems))
+
     def hosts(self):
         hosts = []
         for row in self.configs + self.cells:

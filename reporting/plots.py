@@ -27,11 +27,14 @@ def throughput_vs_concurrency(run: Run, path: Path):
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
     for i, ctx in enumerate(contexts):
         ax = axes[i // cols][i % cols]
+        hosts = run.hosts() or [None]
         for name in names:
-            pts = sorted((c["max_concurrency"], c["output_throughput"]) for c in ok_cells(run.cells_of(name))
-                         if c.get("context_length") == ctx)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+            for host in hosts:
+                pts = sorted((c["max_concurrency"], c["output_throughput"])
+                             for c in ok_cells(run.cells_of(name, host)) if c.get("context_length") == ctx)
+                if pts:
+                    label = f"{name}@{host}" if len(hosts) > 1 else name
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         ax.set_xscale("log", base=2)
         ax.set_title(f"context {ctx} tokens")
         ax.set_xlabel("concurrency")

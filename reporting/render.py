@@ -90,6 +90,24 @@ def _spec(run: Run, config):
 
 
 def render_report(run: Run, plots=()) -> str:
+    hosts = run.hosts()
+    if len(hosts) > 1:
+        # Hosts differ in hardware (nvlink vs pcie): every host gets its own summary, best config and tables.
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+        lines = [f"# Benchmark report: {run.name}", "",
+                 f"Generated {now} from {len(run.cells)} cell rows and {len(run.configs)} sweep outcomes on "
+                 f"{len(hosts)} hosts: {', '.join(hosts)}.", ""]
+        if plots:
+            lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+        for host in hosts:
+            body = render_report(run.for_host(host)).splitlines()
+            body = [("#" + line) if line.startswith("#") else line for line in body[1:]]
+            lines += [f"## Host {host}"] + body + [""]
+        return "\n".join(lines)
+    return _render_one(run, plots)
+
+
+def _render_one(run: Run, plots=()) -> str:
     lines = [f"# Benchmark report: {run.name}", ""]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
     hosts = run.hosts()

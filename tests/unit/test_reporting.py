@@ -117,3 +117,17 @@ def test_plain_bench_run_without_sweep_outcomes(tmp_path):
     text = render_report(run)
     assert "timeout: cell exceeded its 5s bound" in text
     assert best_config(run) == "default"
+
+
+def test_two_hosts_are_reported_separately(tmp_path):
+    rows = [cell("cfg", 60, 1, 100.0, host="b300-lab"), cell("cfg", 60, 8, 700.0, host="b300-lab"),
+            cell("cfg", 60, 1, 50.0, host="ct200-lab"), cell("cfg", 60, 8, 0, status="error", host="ct200-lab",
+                                                              error="warmup failed: HTTP 500")]
+    (tmp_path / "r.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    text = render_report(load_run(tmp_path))
+    assert "## Host b300-lab" in text and "## Host ct200-lab" in text
+    b300, ct200 = text.split("## Host ct200-lab")
+    assert "**700.0**" in b300 and "700.0" not in ct200
+    assert "PARTIAL" in ct200 or "partial" in ct200
+    assert "error: warmup failed: HTTP 500" in ct200
+    assert "### Config `cfg`" in ct200
