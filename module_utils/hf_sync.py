@@ -198,6 +198,10 @@ def sync(params, check_mode=False, python=None):
                     refetched_after_hash.append(f.path)
             manifest.revision = manifest.revision or sha
             manifest.save()
+        if not p["fetch"] and to_fetch:
+            raise SyncError("fetch is off and %d file(s) are missing or failed verification (bad ones were deleted): "
+                            "%s" % (len(to_fetch), [f.path for f in to_fetch][:20]),
+                            failed_verification=refetched_after_hash)
         fetched = []
 
         def on_verified(remote, final, sha256):
