@@ -199,7 +199,7 @@ def main():
     errors = validate_spec(spec)
     if errors:
         module.fail_json(msg="invalid bench matrix: " + "; ".join(errors), **result)
-    reason = check_serving(params["base_url"], api_key=params["api_key"] or None)
+    reason = check_serving(params["base_url"], api_key=params["api_key"] or None, timeout=20.0)
     if reason:
         module.fail_json(msg=reason, **result)
     if module.check_mode:
