@@ -83,9 +83,32 @@ def _table(headers, rows):
     return out
 
 
+FLAG_SPEC = {"--speculative-algorithm": "algorithm", "--speculative-ddtree-budget": "budget",
+             "--speculative-ddtree-topk-cap": "topk", "--speculative-eagle-topk": "topk",
+             "--speculative-dflash-block-size": "block_size", "--speculative-num-draft-tokens": "block_size"}
+
+
+def spec_from_flags(flags):
+    """The speculative spec read back from the running server's argv (a plain bench has no sweep outcome)."""
+    if not flags:
+        return {}
+    spec = {"algorithm": "NONE"}
+    for i, arg in enumerate(flags):
+        name, eq, value = str(arg).partition("=")
+        if name in FLAG_SPEC:
+            value = value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+            spec[FLAG_SPEC[name]] = int(value) if str(value).isdigit() else value
+    spec["cuda_graph"] = "--disable-cuda-graph" not in flags
+    return spec
+
+
 def _spec(run: Run, config):
     outcome = run.outcome_of(config) or {}
     spec = outcome.get("spec") or {}
+    if not spec:
+        flags = next((c.get("provenance", {}).get("flags") for c in run.cells_of(config)
+                      if c.get("provenance", {}).get("flags")), None)
+        spec = spec_from_flags(flags)
     return spec
 
 

@@ -131,3 +131,13 @@ def test_two_hosts_are_reported_separately(tmp_path):
     assert "PARTIAL" in ct200 or "partial" in ct200
     assert "error: warmup failed: HTTP 500" in ct200
     assert "### Config `cfg`" in ct200
+
+
+def test_plain_bench_spec_comes_from_the_running_flags(tmp_path):
+    row = cell("default", 60, 1, 10.0)
+    row["provenance"]["flags"] = ["python", "-m", "sglang.launch_server", "--speculative-algorithm", "DDTREE",
+                                  "--speculative-dflash-block-size", "8", "--speculative-ddtree-budget=8",
+                                  "--speculative-ddtree-topk-cap", "4"]
+    (tmp_path / "r.jsonl").write_text(json.dumps(row))
+    text = render_report(load_run(tmp_path))
+    assert "| **default** ★ | ok | DDTREE | 8 | 4 | 8 | yes |" in text
