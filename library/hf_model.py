@@ -12,7 +12,8 @@ description:
     client speaking the same protocol), refuses hostile entries (absolute paths, C(..), duplicates, sizes that
     disagree), and fetches what the verified manifest (C(<dest>/.hf_model/manifest.json)) does not vouch for.
   - Bytes move with hf_transfer in child processes. Resume uses the sparse map of each partial file, so a rerun
-    after any interruption re-fetches at most I(connections) x I(chunk_size_mb) MiB per file that was in flight.
+    after any interruption re-fetches about I(connections) x I(chunk_size_mb) MiB (48 MiB by default) plus the chunks whose writes were
+    still queued in hf_transfer when it died (at most 64 MiB measured by default) per file that was in flight.
   - Every LFS file is checked against the Hub sha256, every other file against its git blob sha1, before it is
     moved into place; a mismatch deletes it and fetches it again (bounded by I(hash_retries)).
   - A byte-progress watchdog kills a transfer that made no progress for I(stall_timeout) seconds and retries it
@@ -68,7 +69,7 @@ options:
   connections:
     description: Parallel ranged requests per file (hf_transfer max_files).
     type: int
-    default: 8
+    default: 6
   chunk_size_mb:
     description: Size of each ranged request in MiB (hf_transfer chunk_size).
     type: int
@@ -197,7 +198,7 @@ ARGS = dict(
     verify=dict(type="str", choices=["quick", "full"], default="quick"),
     fetch=dict(type="bool", default=True),
     lanes=dict(type="int", default=2),
-    connections=dict(type="int", default=8),
+    connections=dict(type="int", default=6),
     chunk_size_mb=dict(type="int", default=8),
     stall_timeout=dict(type="int", default=60),
     retries=dict(type="int", default=5),

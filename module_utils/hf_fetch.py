@@ -11,8 +11,10 @@ around it, not inside it:
 * Bookkeeping = the file's own sparse map. A file is built in <dir>/.hf_model/parts/<id>/data, created empty, so
   every region hf_transfer has not written is a hole. hf_transfer writes a chunk only after receiving all of it,
   so after any interruption (stall, network error, SIGKILL, reboot: unflushed delayed-allocation pages come back
-  as holes) the chunks that are complete are exactly the chunk ranges without a hole (SEEK_HOLE); at most the
-  `max_files` chunks in flight are incomplete: max_files x chunk_size = 8 x 8 MiB = 64 MiB per file by default.
+  as holes) the chunks that are complete are exactly the chunk ranges without a hole (SEEK_HOLE). Incomplete
+  are the `max_files` chunks in flight (6 x 8 MiB = 48 MiB by default) plus finished chunks whose last write
+  tokio still had queued in its blocking pool (hf_transfer drops its file without flushing); how many depends on
+  how far the disk lags the network (bench/bench_models.py measures the total against 64 MiB).
   journal.json beside it pins what the bytes are (path, size, expected hash); a different file starts over.
   A hardlink data.keep survives hf_transfer's delete-on-error.
 * First attempt: hf_transfer fetches the Hub URL directly (after our own probe has checked that the server honours
@@ -618,7 +620,7 @@ class Fetcher:
     """Fetch `remotes` (RemoteFile list) into dest_dir. on_verified(remote, final_path, sha256) is called for every
     file whose hash matched and that was moved into place."""
 
-    def __init__(self, endpoint, repo_id, sha, dest_dir, token=None, lanes=2, max_files=8, chunk_size=8 * MiB,
+    def __init__(self, endpoint, repo_id, sha, dest_dir, token=None, lanes=2, max_files=6, chunk_size=8 * MiB,
                  stall_timeout=60.0, retries=5, hash_retries=2, backoff=2.0, backoff_max=60.0, inner_retries=3,
                  python=None, progress=None, on_verified=None, clock=time.monotonic, direct=True):
         if hash_retries < 0 or retries < 0 or lanes < 1 or max_files < 1 or chunk_size < MiB:

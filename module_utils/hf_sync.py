@@ -28,7 +28,7 @@ except ImportError:
 MiB = 1 << 20
 DEFAULTS = {
     "revision": "main", "allow_patterns": [], "ignore_patterns": [], "verify": "quick", "fetch": True,
-    "token": None, "lanes": 2, "connections": 8, "chunk_size_mb": 8, "inner_retries": 3,
+    "token": None, "lanes": 2, "connections": 6, "chunk_size_mb": 8, "inner_retries": 3,
     "stall_timeout": 60, "retries": 5, "hash_retries": 2, "backoff": 2.0, "backoff_max": 60.0,
     "free_space_margin_mb": 1024, "lock_timeout": 60, "name": None, "hash_workers": 0, "use_hf_hub": None,
 }

@@ -119,7 +119,7 @@ class TestHub:
     def reset_stats(self) -> None:
         with self.lock:
             self.stats = {"requests": 0, "bytes": 0, "by_path": {}, "faults": [], "file_auth_headers": 0,
-                          "api": {}}
+                          "api": {}, "ranges": []}
 
     def snapshot(self) -> dict:
         with self.lock:
@@ -130,6 +130,12 @@ class TestHub:
             self.stats["bytes"] += n
             key = f"{repo_id}/{path}"
             self.stats["by_path"][key] = self.stats["by_path"].get(key, 0) + n
+
+    def log_range(self, repo_id: str, path: str, start: int, end: int, sent_to: int) -> None:
+        """Record a data GET: [start, end] asked for, bytes [start, sent_to) written to the socket."""
+        with self.lock:
+            self.stats["ranges"].append([f"{repo_id}/{path}", start, end, sent_to])
+            del self.stats["ranges"][:-5000]
 
     def take_fault(self, where: str, repo_id: str, path: str, start: int, end: int, size: int) -> dict | None:
         """First matching rule for a request covering [start, end] (inclusive) of a file; consumes one trigger."""
@@ -436,6 +442,7 @@ def _make_handler(hub: TestHub, role: str):
                 self.wfile.write(data)
                 hub.count_bytes(repo.repo_id, f.path, len(data))
                 pos += n
+            hub.log_range(repo.repo_id, f.path, start, end, pos)
             if rule and rule["kind"] == "stall":
                 self.wfile.flush()
                 hub.stop_event.wait(float(rule.get("stall_s", 3600)))

@@ -162,7 +162,7 @@ def test_sigkill_of_the_controller_mid_download_then_rerun(lab, gateway):
         result = run.result("Result of one", "b300-lab")
         assert result["took_over_pid"], "the rerun should have stopped the orphaned worker"
         refetched = hub.stats()["bytes"] - (size - result["bytes_resumed"])
-        assert refetched <= 4 * 4 * MiB + 2, (refetched, served_before, result)
+        assert refetched <= (4 + 4) * 4 * MiB + 2, (refetched, served_before, result)  # in flight + queued writes
     digest = sh(lab, "b300-lab", "sha256sum /srv/itest-models/one/model-00001-of-00001.safetensors").split()[0]
     assert digest == json.loads(sh(lab, "b300-lab", "cat /srv/itest-models/one/.hf_model/manifest.json"))[
         "files"]["model-00001-of-00001.safetensors"]["sha256"]

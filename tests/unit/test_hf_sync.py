@@ -257,7 +257,8 @@ def test_sigkill_mid_download_then_rerun_refetches_within_the_bound(hub, tmp_pat
     r = sync(p)
     assert r["files_fetched"] == 1 and r["bytes_resumed"] > 0
     refetched = hub.stats()["bytes"] - (size - r["bytes_resumed"])
-    bound = p["connections"] * p["chunk_size_mb"] * MiB
+    # chunks in flight + finished chunks whose last write tokio still had queued (see hf_fetch docstring)
+    bound = (p["connections"] + 4) * p["chunk_size_mb"] * MiB
     assert hub.stats()["bytes"] <= size - r["bytes_resumed"] + bound, (refetched, r)
     data = (tmp_path / "m" / "model-00001-of-00001.safetensors").read_bytes()
     assert hashlib.sha256(data).hexdigest() == tree_truth(hub, "t/resume")["model-00001-of-00001.safetensors"][1]

@@ -1,0 +1,401 @@
+"""Benchmarks of the model-weights path (module_utils/hf_*), each printed against a baseline measured in this run.
+
+  throughput    hf_model (hf_transfer lanes + verification + fsync) vs the best of `curl` and `aria2c -x8`
+                (+ fsync) on the same files from the same test Hub                           goal >= 0.95x
+  verification  parallel verify_files vs `sha256sum` run serially on the same files        goal >= 1.7x
+  resume        bytes re-fetched after SIGKILL mid-download vs the 64 MiB per-file bound    goal <= 1.0x
+  no-op rerun   rerun time of an 8 GiB model over a 1 GiB model (same file count)           goal <= 1.15x
+  fault matrix  >= 100 seeded trials (drop, stall, 5xx, 429, flip, Range ignored, truncation, persistent
+                faults): every trial ends with every file correct or a clear failure; a corrupt file is never
+                in place or in the manifest; time per trial vs a fault-free trial
+
+Environment: BENCH_MODELS_TRIALS (default 120), BENCH_MODELS_MB (throughput file size, default 384),
+BENCH_MODELS_SKIP (comma list of sections to skip). Work files live in .cache/bench-models (removed at the end);
+figures are also written to results/bench_models.json.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lab.testhub import HubProcess  # noqa: E402
+from lab.testhub.repos import HashCache, build_repo, make_block  # noqa: E402
+from module_utils.hf_hub import RemoteFile  # noqa: E402
+from module_utils.hf_sync import SyncError, sync  # noqa: E402
+from module_utils.hf_verify import Manifest, verify_files  # noqa: E402
+
+MiB = 1 << 20
+GiB = 1 << 30
+WORK = ROOT / ".cache" / "bench-models"
+CACHE = ROOT / ".cache" / "testhub"
+FIGURES: dict = {}
+
+
+def say(name: str, text: str, **fig) -> None:
+    print(f"models.{name}: {text}", flush=True)
+    FIGURES[name] = fig
+
+
+def fresh(name: str) -> Path:
+    d = WORK / name
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    return d
+
+
+def fsync_tree(path: Path) -> None:
+    for p in path.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def drop_caches() -> None:
+    os.sync()
+
+
+# ---- throughput --------------------------------------------------------------------------------------------------
+
+def bench_throughput() -> None:
+    size_mb = int(os.environ.get("BENCH_MODELS_MB", "384"))
+    repo = f"tp/m{size_mb}"
+    with HubProcess(seed=21, repos=[f"{repo}:shards=2,shard_size={size_mb}MiB,small=false"], cache_dir=str(CACHE)) as hub:
+        sha = hub.repos[repo]
+        names = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+        total = sum(size_mb * MiB + i for i in range(2))
+        urls = [f"{hub.endpoint}/{repo}/resolve/{sha}/{n}" for n in names]
+
+        def run_ours() -> float:
+            d = fresh("tp-ours")
+            t0 = time.monotonic()
+            sync({"repo_id": repo, "endpoint": hub.endpoint, "dest": str(d / "m"), "free_space_margin_mb": 0})
+            return time.monotonic() - t0
+
+        def run_curl() -> float:
+            d = fresh("tp-curl")
+            t0 = time.monotonic()
+            procs = [subprocess.Popen(["curl", "-sS", "-L", "--noproxy", "*", "-o", str(d / n), u])
+                     for n, u in zip(names, urls)]
+            assert all(p.wait() == 0 for p in procs)
+            fsync_tree(d)
+            return time.monotonic() - t0
+
+        def run_aria2c() -> float:
+            d = fresh("tp-aria2c")
+            t0 = time.monotonic()
+            cmd = ["aria2c", "-q", "-x8", "-s8", "-k1M", "--file-allocation=none", "--no-conf", "--all-proxy=",
+                   "-d", str(d)]
+            procs = [subprocess.Popen(cmd + ["-o", n, u]) for n, u in zip(names, urls)]
+            assert all(p.wait() == 0 for p in procs)
+            fsync_tree(d)
+            return time.monotonic() - t0
+
+        runs: dict[str, list[float]] = {"ours": [], "curl": [], "aria2c": []}
+        fns = {"ours": run_ours, "curl": run_curl, "aria2c": run_aria2c}
+        for _ in range(3):  # interleaved rounds; best of each
+            for name, fn in fns.items():
+                drop_caches()
+                runs[name].append(fn())
+        best = {k: total / min(v) / 1e6 for k, v in runs.items()}
+        baseline = max(best["curl"], best["aria2c"])
+        base_name = "curl" if best["curl"] >= best["aria2c"] else "aria2c"
+        ratio = best["ours"] / baseline
+        say("throughput", f"{best['ours']:.0f} MB/s vs best baseline {base_name} {baseline:.0f} MB/s "
+                          f"(curl {best['curl']:.0f}, aria2c -x8 {best['aria2c']:.0f}) = {ratio:.2f}x "
+                          f"(goal >= 0.95x; 2 x {size_mb} MiB, all including fsync; ours also verifies)",
+            ratio=ratio, ours=best["ours"], curl=best["curl"], aria2c=best["aria2c"], runs=runs)
+    for n in ("tp-ours", "tp-curl", "tp-aria2c"):
+        shutil.rmtree(WORK / n, ignore_errors=True)
+
+
+# ---- verification ------------------------------------------------------------------------------------------------
+
+def bench_verification() -> None:
+    d = fresh("verify")
+    items = []
+    rnd = random.Random(5)
+    block = rnd.randbytes(8 * MiB)
+    for i in range(6):
+        p = d / f"shard-{i}.safetensors"
+        h = hashlib.sha256()
+        with open(p, "wb") as f:
+            for j in range(24):  # 192 MiB each
+                chunk = block[j % 8 * MiB:] + block[:j % 8 * MiB]
+                f.write(chunk)
+                h.update(chunk)
+        items.append((RemoteFile(p.name, p.stat().st_size, sha256=h.hexdigest()), str(p)))
+    total = sum(r.size for r, _ in items)
+    # warm the page cache for both (the benchmark compares hashing, not disk reads)
+    subprocess.run(["cat"] + [p for _, p in items], stdout=subprocess.DEVNULL, check=True)
+    ours, base = [], []
+    for _ in range(3):
+        t0 = time.monotonic()
+        res = verify_files(items)
+        ours.append(time.monotonic() - t0)
+        assert all(v[0] for v in res.values())
+        t0 = time.monotonic()
+        subprocess.run(["sha256sum"] + [p for _, p in items], stdout=subprocess.DEVNULL, check=True)
+        base.append(time.monotonic() - t0)
+    ratio = min(base) / min(ours)
+    say("verification", f"{total / min(ours) / 1e6:.0f} MB/s parallel vs sha256sum serial "
+                        f"{total / min(base) / 1e6:.0f} MB/s = {ratio:.2f}x (goal >= 1.7x; {len(items)} files, "
+                        f"{total // MiB} MiB, {os.cpu_count()} cores)", ratio=ratio)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# ---- resume ------------------------------------------------------------------------------------------------------
+
+WORKER = """
+import json, sys
+from module_utils.hf_sync import sync
+sync(json.loads(sys.argv[1]))
+"""
+
+
+def overlap(a: list, b: list) -> int:
+    """Bytes covered by both lists of inclusive [start, end] ranges."""
+    def merge(rs):
+        out = []
+        for s_, e in sorted(rs):
+            if out and s_ <= out[-1][1] + 1:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([s_, e])
+        return out
+    total = 0
+    for s1, e1 in merge(a):
+        for s2, e2 in merge(b):
+            lo, hi = max(s1, s2), min(e1, e2)
+            if lo <= hi:
+                total += hi - lo + 1
+    return total
+
+
+def bench_resume() -> None:
+    size = 256 * MiB
+    repo = "rs/one"
+    bound = 64 * MiB  # the goal; defaults put 6 connections x 8 MiB in flight
+    trials = []
+    with HubProcess(seed=22, repos=[f"{repo}:shards=1,shard_size=256MiB,small=false"], cache_dir=str(CACHE)) as hub:
+        for frac in (0.25, 0.5, 0.75):
+            d = fresh("resume")
+            p = {"repo_id": repo, "endpoint": hub.endpoint, "dest": str(d / "m"), "free_space_margin_mb": 0}
+            hub.set_faults([])
+            hub.reset()
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(p)], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            part = None
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:  # kill while chunks are in flight
+                parts = list((d / "m" / ".hf_model" / "parts").glob("*/data"))
+                if parts and parts[0].stat().st_blocks * 512 >= size * frac:
+                    break
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            first = hub.stats()
+            hub.reset()
+            r = sync(p)
+            second = hub.stats()
+            asked_twice = overlap([x[1:3] for x in first["ranges"] if x[2] > 0],
+                                  [x[1:3] for x in second["ranges"] if x[2] > 0])
+            trials.append({"kill_at": frac, "served_before": first["bytes"], "served_after": second["bytes"],
+                           "resumed": r["bytes_resumed"], "sent_twice": first["bytes"] + second["bytes"] - size,
+                           "refetched": asked_twice})
+    worst = max(t["refetched"] for t in trials)
+    sent = max(t["sent_twice"] for t in trials)
+    say("resume", f"worst re-fetch after SIGKILL (byte ranges requested by both runs) {worst / MiB:.1f} MiB per "
+                  f"in-flight file vs bound {bound // MiB} MiB = {worst / bound:.2f}x (goal <= 1.0x); bytes the "
+                  f"server sent twice {sent / MiB:.1f} MiB (includes data still in socket buffers when the client "
+                  f"died); kills at {', '.join(str(t['kill_at']) for t in trials)} of {size // MiB} MiB, per trial "
+                  f"{[round(t['refetched'] / MiB, 1) for t in trials]} MiB", ratio=worst / bound, trials=trials)
+    shutil.rmtree(WORK / "resume", ignore_errors=True)
+
+
+# ---- no-op rerun -------------------------------------------------------------------------------------------------
+
+def _materialise(repo_id: str, spec: dict, dest: Path) -> None:
+    """Write a repo's true bytes locally (no network), as if fetched earlier; the first sync adopts them by hashing."""
+    block = make_block(23)
+    repo = build_repo(23, block, HashCache(CACHE / "hashes-23.json"), repo_id, spec)
+    for f in repo.files:
+        p = dest / f.path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "wb") as out:
+            for chunk in f.content.iter(0, f.size):
+                out.write(chunk)
+
+
+def bench_noop() -> None:
+    specs = {"noop/one": {"shards": 8, "shard_size": 128 * MiB}, "noop/eight": {"shards": 8, "shard_size": GiB}}
+    args = [f"{k}:shards=8,shard_size={v['shard_size'] // MiB}MiB" for k, v in specs.items()]
+    times = {}
+    with HubProcess(seed=23, repos=args, cache_dir=str(CACHE)) as hub:
+        for repo, spec in specs.items():
+            d = fresh("noop-" + repo.split("/")[1])
+            _materialise(repo, spec, d / "m")
+            p = {"repo_id": repo, "endpoint": hub.endpoint, "dest": str(d / "m"), "free_space_margin_mb": 0}
+            first = sync(p)
+            assert first["files_adopted"] == first["files_total"], first
+            hub.reset()
+            runs = []
+            for _ in range(7):
+                t0 = time.monotonic()
+                r = sync(p)
+                runs.append(time.monotonic() - t0)
+                assert not r["changed"] and r["files_verified_by_manifest"] == r["files_total"]
+            assert hub.stats()["bytes"] == 0
+            times[repo] = statistics.median(runs)
+    ratio = times["noop/eight"] / times["noop/one"]
+    say("noop", f"no-op rerun {times['noop/eight'] * 1000:.0f} ms for 8 GiB vs {times['noop/one'] * 1000:.0f} ms for "
+                f"1 GiB = {ratio:.2f}x (goal <= 1.15x; 12 files each, median of 7)", ratio=ratio, times=times)
+    for n in ("noop-one", "noop-eight"):
+        shutil.rmtree(WORK / n, ignore_errors=True)
+
+
+# ---- fault matrix ------------------------------------------------------------------------------------------------
+
+KINDS = ["drop", "stall", "status", "429", "flip", "norange", "truncate"]
+
+
+def make_faults(rnd: random.Random, files: dict[str, int]) -> list[dict]:
+    rules = []
+    for _ in range(rnd.choice([1, 1, 2, 3])):
+        kind = rnd.choice(KINDS)
+        path = rnd.choice([p for p, s in files.items() if s > 0])
+        rule = {"kind": kind, "path": path, "times": rnd.choice([1, 1, 1, 2, 3, -1] if kind != "stall" else [1, 2])}
+        if kind in ("drop", "stall", "flip", "truncate"):
+            rule["offset"] = rnd.randrange(files[path])
+        if kind == "status":
+            rule["status"] = rnd.choice([500, 502, 503])
+        if kind == "429":
+            rule["retry_after"] = rnd.choice([0, 1])
+        if kind == "stall":
+            rule["stall_s"] = 60
+        rules.append(rule)
+    return rules
+
+
+def check_trial(dest: Path, truth: dict[str, tuple[int, str]]) -> list[str]:
+    """Invariant: every file in place and every manifest entry is correct."""
+    problems = []
+    m = Manifest.load(str(dest / ".hf_model" / "manifest.json"))
+    for path, (_, sha) in truth.items():
+        p = dest / path
+        if p.exists():
+            got = hashlib.sha256(p.read_bytes()).hexdigest()
+            if got != sha:
+                problems.append(f"corrupt file in place: {path}")
+        if path in m.files and m.files[path]["sha256"] != sha:
+            problems.append(f"corrupt manifest entry: {path}")
+    return problems
+
+
+def bench_fault_matrix() -> int:
+    trials = int(os.environ.get("BENCH_MODELS_TRIALS", "120"))
+    repo = "fm/r"
+    rows = []
+    with HubProcess(seed=24, repos=[f"{repo}:shards=2,shard_size=3MiB"], cache_dir=str(CACHE)) as hub:
+        import urllib.request
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        sha = hub.repos[repo]
+        entries = json.loads(opener.open(f"{hub.endpoint}/api/models/{repo}/tree/{sha}?recursive=true").read())
+        truth = {}
+        for e in entries:
+            if e["type"] == "file":
+                body = opener.open(f"{hub.endpoint}/{repo}/resolve/{sha}/{e['path']}").read()
+                truth[e["path"]] = (len(body), hashlib.sha256(body).hexdigest())
+        sizes = {p: s for p, (s, _) in truth.items()}
+        base = {"repo_id": repo, "endpoint": hub.endpoint, "free_space_margin_mb": 0, "chunk_size_mb": 1,
+                "connections": 4, "stall_timeout": 1.5, "retries": 3, "hash_retries": 1, "backoff": 0.05,
+                "backoff_max": 0.2, "inner_retries": 1}
+        clean_times = []
+        for i in range(3):
+            d = fresh("fm")
+            hub.set_faults([])
+            t0 = time.monotonic()
+            sync(dict(base, dest=str(d / "m")))
+            clean_times.append(time.monotonic() - t0)
+            assert not check_trial(d / "m", truth)
+        for i in range(trials):
+            rnd = random.Random(1000 + i)
+            rules = make_faults(rnd, sizes)
+            d = fresh("fm")
+            hub.set_faults(rules)
+            hub.reset()
+            t0 = time.monotonic()
+            outcome, detail = "ok", ""
+            try:
+                sync(dict(base, dest=str(d / "m")))
+            except SyncError as err:
+                outcome, detail = ("clean-failure", str(err)) if err.evidence.get("file") else ("unclear", str(err))
+            except Exception as err:  # noqa: BLE001 - any other exception is an unclear failure
+                outcome, detail = "unclear", f"{type(err).__name__}: {err}"
+            took = time.monotonic() - t0
+            problems = check_trial(d / "m", truth)
+            if outcome == "ok" and set(Manifest.load(str(d / "m" / ".hf_model" / "manifest.json")).files) != set(truth):
+                problems.append("success without every file in the manifest")
+            fired = [f["kind"] for f in hub.stats()["faults"]]
+            rows.append({"trial": i, "rules": rules, "fired": fired, "outcome": outcome, "detail": detail[:300],
+                         "problems": problems, "seconds": round(took, 2)})
+    violations = [r for r in rows if r["problems"] or r["outcome"] == "unclear"]
+    ok = sum(r["outcome"] == "ok" for r in rows)
+    failed = sum(r["outcome"] == "clean-failure" for r in rows)
+    fired = sum(bool(r["fired"]) for r in rows)
+    mean = statistics.mean(r["seconds"] for r in rows)
+    say("fault_matrix", f"{len(rows)} trials ({fired} with faults that fired): {ok} correct, {failed} clean failures, "
+                        f"{len(violations)} violations (corrupt file placed/vouched or unclear failure); "
+                        f"{mean:.2f} s per trial vs {statistics.mean(clean_times):.2f} s fault-free = "
+                        f"{mean / statistics.mean(clean_times):.1f}x", trials=len(rows), ok=ok, clean_failures=failed,
+        violations=violations, fired=fired)
+    for v in violations[:5]:
+        print(f"  violation: {json.dumps(v)[:400]}")
+    kinds: dict[str, list[int]] = {}
+    for r in rows:
+        for k in set(r["fired"]):
+            kinds.setdefault(k, [0, 0])
+            kinds[k][0 if r["outcome"] == "ok" else 1] += 1
+    print("  by fired fault kind (ok/failed): " + ", ".join(f"{k} {a}/{b}" for k, (a, b) in sorted(kinds.items())))
+    shutil.rmtree(WORK / "fm", ignore_errors=True)
+    return 1 if violations else 0
+
+
+def main() -> int:
+    skip = set(filter(None, os.environ.get("BENCH_MODELS_SKIP", "").split(",")))
+    WORK.mkdir(parents=True, exist_ok=True)
+    rc = 0
+    try:
+        for name, fn in [("throughput", bench_throughput), ("verification", bench_verification),
+                         ("resume", bench_resume), ("noop", bench_noop), ("fault_matrix", bench_fault_matrix)]:
+            if name in skip:
+                continue
+            started = time.monotonic()
+            rc |= fn() or 0
+            print(f"  ({name} took {time.monotonic() - started:.0f}s)", flush=True)
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+        out = ROOT / "results" / "bench_models.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(FIGURES, indent=1, default=str))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
