@@ -28,9 +28,11 @@ def unit_digest(lab, host: str) -> str:
     return lab.ssh(host, "sha256sum /etc/systemd/system/sglang.service /etc/sglang/sglang.env").stdout
 
 
-def service(lab, limit: str | None = B300, env: dict | None = None, **extra):
+def service(lab, limit: str | None = B300, env: dict | None = None, full: bool = False, **extra):
+    """A service.yml run; after the first deployment the (idempotent) install step is skipped to save time."""
     extravars = {"sglang_service_env_overrides": {**FAST, **(env or {})}, **extra}
-    return run_playbook(lab, SERVICE, limit=limit, extravars=extravars)
+    return run_playbook(lab, SERVICE, limit=limit, extravars=extravars,
+                        skip_tags=None if full else "sglang_service_install")
 
 
 def failed_task(run) -> dict:
@@ -43,7 +45,7 @@ def failed_task(run) -> dict:
 def deployed(lab):
     prep = run_playbook(lab, PREPARE)
     assert prep.rc == 0, prep.stdout[-3000:]
-    run = service(lab, limit=None)
+    run = service(lab, limit=None, full=True)
     assert run.rc == 0, run.stdout[-4000:]
     return run
 
@@ -63,7 +65,7 @@ def test_both_profiles_run_as_the_service_user_and_answer(deployed, lab):
 
 def test_second_run_changes_nothing_and_restarts_nothing(deployed, lab):
     pids = {h: main_pid(lab, h) for h in (B300, CT200)}
-    run = service(lab, limit=None)
+    run = service(lab, limit=None, full=True)
     assert run.rc == 0
     assert run.changed_count(B300) == 0 and run.changed_count(CT200) == 0
     assert RESTART_TASK not in run.task_names()
@@ -72,7 +74,7 @@ def test_second_run_changes_nothing_and_restarts_nothing(deployed, lab):
 
 def test_check_mode_reports_a_flag_change_and_touches_nothing(deployed, lab):
     pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
-    run = run_playbook(lab, SERVICE, limit=B300, check=True, extravars={
+    run = run_playbook(lab, SERVICE, limit=B300, check=True, skip_tags="sglang_service_install", extravars={
         "sglang_service_env_overrides": FAST, "sglang_service_server_overrides": {"context_length": 16384}})
     assert run.rc == 0, run.stdout[-3000:]
     assert run.result("Systemd unit", B300)["changed"]
@@ -130,7 +132,8 @@ def fault_results(deployed, lab) -> dict:
                 next((h for h, f in pairing.items() if f == "sm103"), ""),),
             "sglang_service_ready_timeout": 5 if {"hang", "hang_warmup"} & set(pairing.values()) else 60,
         }
-        run = run_playbook(lab, SERVICE, limit=",".join(pairing), extravars=extravars)
+        run = run_playbook(lab, SERVICE, limit=",".join(pairing), extravars=extravars,
+                           skip_tags="sglang_service_install")
         for ev in run.events:
             if ev.get("event") == "runner_on_failed":
                 data = ev["event_data"]
