@@ -143,7 +143,8 @@ class Lab:
         self.requested_subnet = subnet or os.environ.get("LAB_SUBNET")
         self.dir = STATE_ROOT / self.name
         self.state_file = self.dir / "state.json"
-        self.short = hashlib.sha256(self.name.encode()).hexdigest()[:6]
+        # Bridge, machine and cgroup names derive from the state directory, so two checkouts never share them.
+        self.short = hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:6]
         self.bridge = f"lab-{self.short}"
 
     # ------------------------------------------------------------------ state
