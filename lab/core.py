@@ -425,6 +425,7 @@ class Lab:
                 net = self._pick_subnet()
                 state = {"name": self.name, "bridge": self.bridge, "subnet": str(net), "hosts": {}}
             net = ipaddress.ip_network(state["subnet"])
+            self.bridge = state["bridge"]  # a lab made by an older checkout keeps the names it recorded
             state["gateway"] = self._ensure_bridge(net)
             state["proxy_url"] = f"http://{state['gateway']}:{PROXY_PORT}"
             self.dir.mkdir(parents=True, exist_ok=True)
