@@ -54,8 +54,31 @@ def test_pip_route_installs_real_nvcc_13_0_and_is_idempotent(lab, playbook, clea
 
     second = playbook("playbooks/cuda.yml", limit=HOST)
     assert second.rc == 0 and second.changed_count(HOST) == 0, second.stdout[-3000:]
-    check = playbook("playbooks/cuda.yml", limit=HOST, check=True)
-    assert check.rc == 0 and check.changed_count(HOST) == 0, check.stdout[-3000:]
+
+
+def test_login_check_sees_the_login_shell_not_the_session(lab, playbook, clean_host):
+    """Runs on the toolkit installed above (configure + verify only).
+
+    1. A CUDA_HOME in the SSH session (here via pam_env) must not fool the check: found on the H200, whose image
+       exports CUDA_HOME=/usr/local/cuda, where the command module expanded $CUDA_HOME itself.
+    2. A login file that overrides CUDA_HOME after ours fails verify, naming the file.
+    """
+    tags = "cuda_configure,cuda_verify"
+    lab.ssh(HOST, "echo CUDA_HOME=/usr/local/cuda >> /etc/environment")
+    try:
+        run = playbook("playbooks/cuda.yml", limit=HOST, tags=tags)
+        assert run.rc == 0, run.stdout[-3000:]
+        res = run.result("Read CUDA_HOME and nvcc from a login shell (and which login files mention CUDA_HOME)", HOST)
+        assert res["stdout_lines"][:2] == ["/usr/local/cuda-13.0", "/usr/local/cuda-13.0/bin/nvcc"]
+
+        lab.ssh(HOST, "echo 'export CUDA_HOME=/usr/local/cuda' >> /root/.profile")
+        run = playbook("playbooks/cuda.yml", limit=HOST, tags=tags)
+        assert run.rc != 0
+        res = run.result("Require CUDA_HOME and nvcc in login shells", HOST)
+        assert res["_event"] == "runner_on_failed"
+        assert "CUDA_HOME=/usr/local/cuda and" in res["msg"] and "/root/.profile" in res["msg"], res["msg"]
+    finally:
+        lab.ssh(HOST, "sed -i '/CUDA_HOME/d' /etc/environment /root/.profile")
 
 
 def test_pip_route_refuses_an_apt_toolkit_in_cuda_home(lab, playbook, clean_host):
@@ -68,28 +91,3 @@ def test_pip_route_refuses_an_apt_toolkit_in_cuda_home(lab, playbook, clean_host
         assert run.changed_count(HOST) == 0
     finally:
         lab.ssh(HOST, CLEAN)
-
-
-def test_verify_names_the_login_file_that_overrides_cuda_home(lab, playbook, clean_host):
-    lab.ssh(HOST, "echo 'export CUDA_HOME=/usr/local/cuda' >> /root/.profile")
-    try:
-        run = playbook("playbooks/cuda.yml", limit=HOST)
-        assert run.rc != 0
-        res = run.result("Require CUDA_HOME and nvcc in login shells", HOST)
-        assert res["_event"] == "runner_on_failed"
-        assert "CUDA_HOME=/usr/local/cuda and" in res["msg"] and "/root/.profile" in res["msg"], res["msg"]
-    finally:
-        lab.ssh(HOST, "sed -i '/CUDA_HOME/d' /root/.profile")
-
-
-def test_a_session_cuda_home_does_not_fool_the_login_check(lab, playbook, clean_host):
-    """Found on the H200 (its image exports CUDA_HOME=/usr/local/cuda): the command module expanded $CUDA_HOME
-    itself, so the check saw the session's value instead of the login shell's."""
-    lab.ssh(HOST, "echo CUDA_HOME=/usr/local/cuda >> /etc/environment")   # pam_env: in every SSH session
-    try:
-        run = playbook("playbooks/cuda.yml", limit=HOST)
-        assert run.rc == 0, run.stdout[-3000:]
-        res = run.result("Read CUDA_HOME and nvcc from a login shell (and which login files mention CUDA_HOME)", HOST)
-        assert res["stdout_lines"][:2] == ["/usr/local/cuda-13.0", "/usr/local/cuda-13.0/bin/nvcc"]
-    finally:
-        lab.ssh(HOST, "sed -i '/CUDA_HOME/d' /etc/environment")

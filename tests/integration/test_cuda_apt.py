@@ -59,8 +59,6 @@ def test_apt_route_installs_the_pinned_toolkit_and_is_idempotent(lab, playbook, 
 
     second = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info))
     assert second.rc == 0 and second.changed_count(HOST) == 0, second.stdout[-3000:]
-    check = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), check=True)
-    assert check.rc == 0 and check.changed_count(HOST) == 0, check.stdout[-3000:]
 
     # someone upgrades behind the operator's back: the next run puts the pinned version back
     lab.ssh(HOST, "apt-get install -y -qq cuda-toolkit-13-0=13.0.3-1 >/dev/null")
