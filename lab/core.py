@@ -357,6 +357,8 @@ class Lab:
             "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt\n")
         (etc / "apt/apt.conf.d/90lab-proxy").write_text(
             f'Acquire::http::Proxy "{proxy}";\nAcquire::https::Proxy "{proxy}";\n'
+            # apt ignores no_proxy: repositories the lab serves on its gateway are reached directly.
+            f'Acquire::http::Proxy::{state["gateway"]} "DIRECT";\n'
             'Acquire::Retries "3";\nAPT::Install-Recommends "false";\n')
         pub = Path(state["ssh_key"] + ".pub").read_text()
         auth = rootdir / "root/.ssh/authorized_keys"
