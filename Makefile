@@ -1,5 +1,5 @@
 # Two commands on a fresh Debian 12 machine (as root):
-#   make demo   installs the controller environment, brings the lab up, runs site.yml on b300-lab
+#   make demo   installs the controller environment, brings the lab up, runs site.yml then bench.yml on b300-lab
 #   make test   lint, unit tests, lab integration tests and every role's molecule scenario
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -57,6 +57,8 @@ test: deps venv lint unit integration molecule
 demo: deps venv
 	$(BIN)/python -m lab up
 	$(BIN)/ansible-playbook site.yml -l b300
+	$(BIN)/ansible-playbook playbooks/bench.yml -l b300
+	@echo "demo done: the lab stays up (make lab-down removes it); report under results/"
 
 bench: deps venv
 	$(BIN)/python -m bench
