@@ -2,7 +2,8 @@
 
 1. Accuracy: the stand-in set to a known TTFT and ITL (no batching slope, no prefill cost); the harness must
    measure mean TTFT, mean ITL, median ITL and mean TPOT within 5% of the configured values at C = 1..128.
-   Baseline = the configured value; each figure is printed as measured/configured.
+   Baseline = the configured value; each figure is printed as measured/configured, next to what a plain
+   http.client client sees in the same run (when both deviate alike, the stand-in itself was late).
 2. Capacity: the stand-in with zero delays; the harness pinned to one core (the stand-in on the other) must
    sustain >= 25,000 output tok/s. Two figures: the wall throughput (bounded by the stand-in, a Python server on
    the other core, whenever the client's core is not saturated) and the client's capacity on one core = output
@@ -98,31 +99,47 @@ def accuracy(cpus_client, cpus_server):
                       row["median_itl_ms"] / ITL_MS, row["mean_tpot_ms"] / ITL_MS)
             good = row["status"] == "ok" and all(abs(r - 1) <= TOLERANCE for r in ratios)
             ok &= good
+            _, _, base_ttft, base_itl = naive_client(server.url, conc, 4 if conc == 1 else 3 * conc, 32)
             print(f"{conc:>4} " + " ".join(f"{r:>9.3f}x" for r in ratios)
                   + f"  {'ok' if good else 'OUT OF TOLERANCE'} ({row['status']}, {row['completed']} requests,"
-                    f" TTFT {row['mean_ttft_ms']:.1f} ms, ITL {row['mean_itl_ms']:.2f} ms)")
+                    f" TTFT {row['mean_ttft_ms']:.1f} ms, ITL {row['mean_itl_ms']:.2f} ms; same-run http.client"
+                    f" baseline sees TTFT {base_ttft / TTFT_MS:.3f}x, ITL {base_itl / ITL_MS:.3f}x)")
     return ok
 
 
 def naive_client(url, concurrency, num_prompts, output_len):
-    """Baseline: stdlib http.client, one thread per concurrent request, line-by-line SSE reading."""
+    """Baseline: stdlib http.client, one thread per concurrent request, line-by-line SSE reading.
+
+    Returns (wall tok/s, tok per client CPU-second, mean TTFT ms, mean ITL ms)."""
     host, port = split_url(url)
     prompts = bench_client.make_prompts(num_prompts, 60, 1)
     lock = threading.Lock()
     tokens = [0]
+    ttfts, itls = [], []
 
     def work(indices):
         conn = http.client.HTTPConnection(host, port, timeout=60)
+        conn.connect()
         for i in indices:
             body = bench_client.build_body("sglang", "m", prompts[i], output_len)
+            start = time.perf_counter()
             conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
             resp = conn.getresponse()
-            last = 0
+            last, last_t, gaps, first = 0, start, [], None
             for line in resp:
                 if line.startswith(b"data:") and not line.startswith(b"data: [DONE]"):
-                    last = json.loads(line[5:])["meta_info"]["completion_tokens"]
+                    n = json.loads(line[5:])["meta_info"]["completion_tokens"]
+                    now = time.perf_counter()
+                    if n > last:
+                        if first is None:
+                            first = now - start
+                        else:
+                            gaps += [(now - last_t) / (n - last)] * (n - last)
+                        last, last_t = n, now
             with lock:
                 tokens[0] += last
+                ttfts.append(first or 0.0)
+                itls.extend(gaps)
         conn.close()
 
     threads = [threading.Thread(target=work, args=(range(k, num_prompts, concurrency),))
@@ -134,7 +151,8 @@ def naive_client(url, concurrency, num_prompts, output_len):
     for t in threads:
         t.join(120)
     wall = time.perf_counter() - start
-    return tokens[0] / wall, tokens[0] / max(time.process_time() - cpu0, 1e-9)
+    return (tokens[0] / wall, tokens[0] / max(time.process_time() - cpu0, 1e-9),
+            1000 * sum(ttfts) / max(len(ttfts), 1), 1000 * sum(itls) / max(len(itls), 1))
 
 
 def capacity(cpus_client, cpus_server):
@@ -144,7 +162,7 @@ def capacity(cpus_client, cpus_server):
     best = 0.0
     best_wall = 0.0
     with StandIn(0, 0, cpus_server) as server:
-        base_wall, base_cpu = naive_client(server.url, 32, 64, 256)
+        base_wall, base_cpu, _, _ = naive_client(server.url, 32, 64, 256)
         print(f"baseline (http.client + threads, C=32): {base_wall:,.0f} tok/s wall, {base_cpu:,.0f} tok per "
               f"client CPU-second")
         for conc in (8, 32, 128):
