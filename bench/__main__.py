@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
         if rc:
             failed.append(name)
     if failed:
-        print(f"benchmarks that failed to run: {failed}", file=sys.stderr)
+        print(f"benchmarks that did not run or missed a goal (see their output): {failed}", file=sys.stderr)
         return 1
     return 0
 

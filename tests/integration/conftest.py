@@ -86,7 +86,9 @@ def run_playbook(lab: Lab, playbook: str, *, limit: str | None = None, extravars
     if skip_tags:
         cmdline += ["--skip-tags", skip_tags]
     with tempfile.TemporaryDirectory(prefix="runner-") as pdd:
+        # ansible-runner replaces the callback path with its own; ours (task_timer) is added back beside it.
         env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "LAB_NAME": lab.name, "PYTHONPATH": str(ROOT),
+               "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "callback_plugins"),
                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", **(envvars or {})}
         r = ansible_runner.run(
             private_data_dir=pdd, project_dir=str(ROOT), playbook=str(ROOT / playbook),
