@@ -119,6 +119,17 @@ def test_generate_stream(ready_server):
     assert events[-1]["meta_info"]["completion_tokens"] == 4 and events[-1]["meta_info"]["finish_reason"]
 
 
+def test_token_id_prompts_count_one_token_per_id(ready_server):
+    ids = list(range(100, 1124))
+    gen = sglang_http.call(ready_server.url, "/generate", "POST", {"input_ids": ids, "sampling_params": {
+        "max_new_tokens": 2}}, api_key="k-123").json()
+    assert gen["meta_info"]["prompt_tokens"] == 1024
+    comp = sglang_http.call(ready_server.url, "/v1/completions", "POST", {"prompt": ids[:60], "max_tokens": 2},
+                            api_key="k-123").json()
+    assert comp["usage"]["prompt_tokens"] == 60
+    assert engine.prompt_of([[1, 2, 3]]) == ("1 2 3", 3) and engine.prompt_of(["a b", "c"]) == ("a b", 2)
+
+
 def test_engine_known_answers_and_pseudo_text():
     assert engine.answer("What is the capital of France? Answer with one word.") == "Paris"
     assert engine.answer("What is 6 x 7") == "42"

@@ -65,6 +65,19 @@ def count_prompt_tokens(text: str) -> int:
     return max(1, len(text.split()))
 
 
+def prompt_of(value) -> tuple:
+    """(text, prompt token count) of a request's prompt: a string, a batch of strings (first one), or token ids
+    (a list of ints, or a batch of such lists: the first), which count one token each as on the real server."""
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        value = value[0]
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return " ".join(map(str, value)), len(value)
+    if isinstance(value, list):
+        value = value[0] if value else ""
+    text = str(value)
+    return text, count_prompt_tokens(text)
+
+
 class Timing:
     """Token timing with a batch-size dependent ITL; limits concurrent generations to max_running_requests."""
 

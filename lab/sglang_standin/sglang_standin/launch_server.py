@@ -11,6 +11,7 @@ import threading
 import time
 import traceback
 import uuid
+from typing import Optional
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang_standin import __version__, engine
@@ -149,9 +150,8 @@ def make_handler(state: State):
                 prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
                 return self._complete(body, prompt, chat=True)
             if path == "/v1/completions":
-                prompt = body.get("prompt", "")
-                prompt = prompt[0] if isinstance(prompt, list) and prompt else str(prompt)
-                return self._complete(body, prompt, chat=False)
+                prompt, ptoks = engine.prompt_of(body.get("prompt", ""))
+                return self._complete(body, prompt, chat=False, ptoks=ptoks)
             if path == "/generate":
                 return self._generate(body)
             return self._error(404, f"Not Found: {path}")
@@ -163,12 +163,12 @@ def make_handler(state: State):
                 return False
             return True
 
-        def _complete(self, body, prompt: str, chat: bool):
+        def _complete(self, body, prompt: str, chat: bool, ptoks: Optional[int] = None):
             if not self._model_check(body):
                 return None
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 128)
             toks = engine.tokens_for(prompt, max_tokens, garbage=state.fault == "garbage")
-            ptoks = engine.count_prompt_tokens(prompt)
+            ptoks = ptoks if ptoks is not None else engine.count_prompt_tokens(prompt)
             rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
             obj = "chat.completion" if chat else "text_completion"
             finish = "length" if len(toks) >= max_tokens else "stop"
@@ -201,12 +201,11 @@ def make_handler(state: State):
                                     "choices": [choice], "usage": usage})
 
         def _generate(self, body):
-            text_in = body.get("text", "")
-            text_in = text_in[0] if isinstance(text_in, list) and text_in else str(text_in)
+            # SGLang takes either text or input_ids (what bench clients send, so the input length is exact).
+            text_in, ptoks = engine.prompt_of(body["input_ids"] if body.get("input_ids") else body.get("text", ""))
             params = body.get("sampling_params") or {}
             max_new = int(params.get("max_new_tokens") or 128)
             toks = engine.tokens_for(text_in, max_new, garbage=state.fault == "garbage")
-            ptoks = engine.count_prompt_tokens(text_in)
             rid = uuid.uuid4().hex
             started = time.monotonic()
             meta = {"id": rid, "prompt_tokens": ptoks, "completion_tokens": 0, "cached_tokens": 0,
