@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import fcntl
 import json
 import os
 import shlex
@@ -27,6 +28,7 @@ import sys
 import time
 
 EXCLUDES = ("__pycache__", "*.pyc")
+PIPE_SIZE = 1 << 20
 
 
 def ssh_argv(conn: dict, remote: str, extra: list[str] | None = None) -> list[str]:
@@ -124,6 +126,12 @@ def stream(src: dict, dst: dict, src_path: str, stage: str, files: list[str] | N
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     d = subprocess.Popen(ssh_argv(dst, target_command(dst, stage, zstd_level)), stdin=subprocess.PIPE,
                          stderr=subprocess.PIPE)
+    # 1 MiB pipes: the relay wakes up once per MiB instead of once per 64 KiB (matters on a busy controller)
+    for fd in (s.stdout.fileno(), d.stdin.fileno()):
+        try:
+            fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+        except OSError:
+            pass
     try:
         s.stdin.write(listing)  # small (paths only); tar reads the whole list before it writes much
         s.stdin.close()
