@@ -51,9 +51,9 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 try:
-    from ansible.module_utils.hf_verify import hash_file, fsync_dir
+    from ansible.module_utils.hf_verify import Hasher, fsync_dir
 except ImportError:
-    from module_utils.hf_verify import hash_file, fsync_dir
+    from module_utils.hf_verify import Hasher, fsync_dir
 
 MiB = 1 << 20
 STATE_DIR = ".hf_model"
@@ -426,18 +426,42 @@ class Window:
             h.close_connection = True
 
     def _forward(self, h, job, a, b):
+        """Answer chunk [a, b]: written regions are read back from the partial file, only the holes are fetched
+        upstream (so a chunk whose last write was lost costs just that hole)."""
+        pieces = hole_map(job.fd, a, b)  # [(start, end, is_hole)]
+        first = True
+        for start, end, hole in pieces:
+            if hole:
+                self._fetch_into(h, job, start, end, a, b, first)
+            else:
+                if first:
+                    self._reply(h, 206, b - a + 1, {"Content-Range": "bytes %d-%d/%d" % (a, b, job.length)})
+                pos = start
+                while pos <= end:
+                    data = os.pread(job.fd, min(1 << 20, end - pos + 1), pos)
+                    if not data:
+                        raise UpstreamError("%s: partial file shrank at %d" % (job.ftask.remote.path, pos))
+                    h.wfile.write(data)
+                    pos += len(data)
+                    with job.lock:
+                        job.skipped += len(data)
+                        job.last_progress = time.monotonic()
+            first = False
+
+    def _fetch_into(self, h, job, start, end, a, b, first):
         ft = job.ftask
         url, auth = ft.data_url
-        key, conn, resp = self.upstream.request("GET", url, {"Range": "bytes=%d-%d" % (a, b)}, auth=auth)
+        key, conn, resp = self.upstream.request("GET", url, {"Range": "bytes=%d-%d" % (start, end)}, auth=auth)
         ok = False
         try:
-            check_range_answer(resp, ft, a, b)
-            n = b - a + 1
+            check_range_answer(resp, ft, start, end)
+            n = end - start + 1
             sock = _resp_sock(resp)
             with job.lock:
                 if sock is not None:
                     job.socks.add(sock)
-            self._reply(h, 206, n, {"Content-Range": "bytes %d-%d/%d" % (a, b, job.length)})
+            if first:
+                self._reply(h, 206, b - a + 1, {"Content-Range": "bytes %d-%d/%d" % (a, b, job.length)})
             buf = bytearray(1 << 20)
             view = memoryview(buf)
             left = n
@@ -447,7 +471,7 @@ class Window:
                 got = resp.readinto(view[:min(len(buf), left)])
                 if not got:
                     raise UpstreamError("%s: connection closed after %d of %d bytes at offset %d (truncated)"
-                                        % (ft.remote.path, n - left, n, a + n - left))
+                                        % (ft.remote.path, n - left, n, start + n - left))
                 h.wfile.write(view[:got])
                 left -= got
                 job.touch(got)
@@ -459,6 +483,27 @@ class Window:
                 self.upstream.release(key, conn, resp)
             else:
                 conn.close()
+
+
+def hole_map(fd, a, b):
+    """Split [a, b] into (start, end, is_hole) pieces (inclusive ends)."""
+    out = []
+    pos = a
+    while pos <= b:
+        try:
+            d = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno != errno.ENXIO:
+                raise
+            d = b + 1
+        if d > pos:
+            out.append((pos, min(d, b + 1) - 1, True))
+            pos = min(d, b + 1)
+            continue
+        hend = min(os.lseek(fd, pos, os.SEEK_HOLE), b + 1)
+        out.append((pos, hend - 1, False))
+        pos = hend
+    return out
 
 
 def check_range_answer(resp, ft, a, b):
@@ -538,6 +583,47 @@ class FileTask:
         self.data_url_stale = False
         self.hash_failures = 0
         self.last_error = None
+        self.hash_lock = threading.Lock()
+        self.hasher = None
+        self.hashed_to = 0
+
+    def advance_hash(self, limit=None):
+        """Hash the written prefix of data beyond what is hashed already (bytes hf_transfer wrote are final: a
+        direct transfer writes each range once, a fill rewrites the same bytes). Returns bytes hashed."""
+        with self.hash_lock:
+            if self.hasher is None:
+                self.hasher = Hasher(self.remote.size, git=not self.remote.lfs)
+                self.hashed_to = 0
+            try:
+                fd = os.open(self.data, os.O_RDONLY)
+            except OSError:
+                return 0
+            try:
+                end = self.remote.size
+                if self.hashed_to < end:
+                    try:
+                        end = min(end, os.lseek(fd, self.hashed_to, os.SEEK_HOLE))
+                    except OSError:
+                        end = self.hashed_to
+                if limit is not None:
+                    end = min(end, self.hashed_to + limit)
+                start = self.hashed_to
+                buf = bytearray(4 * MiB)
+                view = memoryview(buf)
+                while self.hashed_to < end:
+                    n = os.preadv(fd, [view[:min(len(buf), end - self.hashed_to)]], self.hashed_to)
+                    if not n:
+                        break
+                    self.hasher.update(view[:n])
+                    self.hashed_to += n
+                return self.hashed_to - start
+            finally:
+                os.close(fd)
+
+    def reset_hash(self):
+        with self.hash_lock:
+            self.hasher = None
+            self.hashed_to = 0
 
     def _expect(self):
         return {"path": self.remote.path, "size": self.remote.size, "hash": list(self.remote.expected)}
@@ -609,6 +695,7 @@ class FileTask:
                 pass
 
     def wipe(self):
+        self.reset_hash()
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         write_json_atomic(self.journal, self._expect())
@@ -671,6 +758,9 @@ class Fetcher:
         self.queue_cv = threading.Condition()
         hasher = threading.Thread(target=self._hasher, daemon=True)
         hasher.start()
+        self.follow_stop = threading.Event()
+        follower = threading.Thread(target=self._follow, args=(tasks,), daemon=True)
+        follower.start()
         lanes = []
         try:
             lanes = [Lane(self.python) for _ in range(min(self.lanes_n, max(1, len(tasks))))]
@@ -682,6 +772,8 @@ class Fetcher:
                 lane.kill()
                 if lane.job is not None:
                     lane.job.ftask.restore()
+            self.follow_stop.set()
+            follower.join(timeout=600)
             with self.queue_cv:
                 self.queue.append(None)
                 self.queue_cv.notify()
@@ -879,6 +971,16 @@ class Fetcher:
         except OSError:
             pass
 
+    def _follow(self, tasks):
+        """Hash files while they arrive, so verification after the last byte is short."""
+        while not self.follow_stop.is_set():
+            busy = False
+            for t in tasks:
+                if t.state == "running" and t.hashed_to < t.remote.size:
+                    busy = t.advance_hash(limit=64 * MiB) > 0 or busy
+            if not busy:
+                self.follow_stop.wait(0.2)
+
     def _hasher(self):
         while True:
             with self.queue_cv:
@@ -900,7 +1002,12 @@ class Fetcher:
             os.fsync(fd)
         finally:
             os.close(fd)
-        h = hash_file(t.data, t.remote.size, git=not t.remote.lfs)
+        t.advance_hash()  # the rest of what the follower has not hashed yet
+        h = t.hasher
+        if t.hashed_to != t.remote.size:
+            self._post(("mismatch", t, "%s: only %d of %d bytes readable for hashing" % (t.remote.path, t.hashed_to,
+                                                                                       t.remote.size)))
+            return
         algo, want = t.remote.expected
         got = h.digests()[algo]
         if got != want:
