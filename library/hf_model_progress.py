@@ -30,6 +30,9 @@ options:
   job_id:
     description: Ansible async job id of the hf_model run; its end (even before any progress was written) ends the wait.
     type: str
+  newer_than:
+    description: Ignore a progress file whose run started before this epoch time (an earlier worker's).
+    type: float
   async_dir:
     description: Directory of the async job files.
     type: path
@@ -89,6 +92,7 @@ except ImportError:  # pragma: no cover
 def main():
     module = AnsibleModule(argument_spec=dict(dest=dict(type="path", required=True), wait=dict(type="int", default=15),
                                               since=dict(type="float"), name=dict(type="str"), job_id=dict(type="str"),
+                                              newer_than=dict(type="float"),
                                               async_dir=dict(type="path", default="~/.ansible_async")),
                            supports_check_mode=True)
     p = module.params
@@ -98,7 +102,8 @@ def main():
         if "/" in p["job_id"] or p["job_id"].startswith("."):
             module.fail_json(msg="bad job_id %r" % p["job_id"])
         job_file = os.path.join(os.path.expanduser(p["async_dir"]), p["job_id"])
-    prog, finished, failed = hf_progress.poll(path, wait=max(0, p["wait"]), since=p["since"], job_file=job_file)
+    prog, finished, failed = hf_progress.poll(path, wait=max(0, p["wait"]), since=p["since"], job_file=job_file,
+                                              newer_than=p["newer_than"])
     if prog is None:
         prog = {"name": p["name"] or os.path.basename(p["dest"]), "state": "starting"}
     module.exit_json(changed=False, finished=finished, failed_run=failed, summary=hf_progress.summary(prog),

@@ -116,7 +116,8 @@ def async_job_state(job_file):
     return True, bool(data.get("failed"))
 
 
-def poll(path, wait=10.0, since=None, clock=time.monotonic, sleep=time.sleep, step=0.5, job_file=None):
+def poll(path, wait=10.0, since=None, clock=time.monotonic, sleep=time.sleep, step=0.5, job_file=None,
+         newer_than=None):
     """Wait up to `wait` s for the progress file to change (updated != since) or the run to end. Returns
     (progress or None, finished, failed). A 'running' file whose pid is gone counts as finished and failed, and so
     does an async job (job_file) that ended, even one that died before writing any progress."""
@@ -127,6 +128,8 @@ def poll(path, wait=10.0, since=None, clock=time.monotonic, sleep=time.sleep, st
             p = read(path) or {}
             return dict(p, state="failed" if job_failed else "done"), True, job_failed
         p = read(path)
+        if p is not None and newer_than is not None and (p.get("started") or 0) < newer_than:
+            p = None  # written by an earlier worker (e.g. the one a rerun is taking over from)
         if p is not None:
             state = p.get("state")
             if state in ("done", "failed"):

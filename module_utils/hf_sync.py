@@ -12,6 +12,8 @@ import errno
 import fcntl
 import os
 import shutil
+import signal
+import threading
 import time
 
 try:
@@ -161,6 +163,9 @@ def sync(params, check_mode=False, python=None):
     os.chmod(state_dir, 0o755)  # progress/manifest readable; parts/ and lock stay 0700/0600
     lock = DirLock(state_dir, int(p["lock_timeout"]))
     lock.acquire()
+    if threading.current_thread() is threading.main_thread():
+        # a rerun taking over sends SIGTERM: stop the lanes and record why, through the handlers below
+        signal.signal(signal.SIGTERM, _terminated)
     progress_path = os.path.join(state_dir, "progress.json")
     meter = hf_progress.RateMeter()
     prog = {"name": name, "repo_id": repo_id, "sha": sha, "pid": os.getpid(), "state": "running",
@@ -258,6 +263,14 @@ def sync(params, check_mode=False, python=None):
         raise
     finally:
         lock.release()
+
+
+class Terminated(SystemExit):
+    pass
+
+
+def _terminated(signum, frame):
+    raise Terminated("stopped by SIGTERM (a newer run took this directory over?)")
 
 
 def _save_quietly(manifest):

@@ -206,7 +206,7 @@ def test_enospc_mid_download_fails_cleanly(hub, small_fs, monkeypatch):
     with pytest.raises(SyncError) as e:
         sync(params(hub, small_fs / "m", retries=1))
     assert e.value.evidence["failure"] == "enospc" and "No space left" in str(e.value), str(e.value)
-    assert e.value.evidence["file"].endswith(".safetensors") or e.value.evidence["file"].endswith(".bin")
+    assert e.value.evidence["file"], "the failure must name the file it was writing"
     m = Manifest.load(str(small_fs / "m" / ".hf_model" / "manifest.json"))
     for path, rec in m.files.items():  # whatever landed is verified
         assert hashlib.sha256((small_fs / "m" / path).read_bytes()).hexdigest() == rec["sha256"]
