@@ -187,23 +187,23 @@ def main() -> int:
         info = b.setup()
         mb = info["bytes"] / 1e6
         print(f"venv: {info['files']} files, {mb:.0f} MB ({info['bytes'] / (1 << 30):.2f} GiB). Runs are interleaved "
-              "(A B C, A B C, ...) because the 2-core controller is shared; ratios use the best run of each.", flush=True)
+              "(A B C, C B A, ...) because the 2-core controller is shared; ratios use the best run of each.", flush=True)
         entries = b.source_manifest()
         res: dict[str, list[float]] = {"raw": [], "engine": [], "transfer0": [], "rsync": [], "direct": []}
         parts_seen = []
-        for _ in range(ROUNDS):
-            res["raw"].append(b.timed(b.raw))
+        def engine():
             b.clean_target()
             t, parts = b.engine(1)
-            res["engine"].append(t)
-            parts_seen.append(parts)
-            res["transfer0"].append(b.transfer_only(entries, 0))
-            print(f"  round: raw {res['raw'][-1]:.2f}s, ours {t:.2f}s {parts}, transfer zstd0 {res['transfer0'][-1]:.2f}s",
-                  flush=True)
-        for _ in range(ROUNDS):
-            res["rsync"].append(b.timed(b.rsync))
-            res["direct"].append(b.transfer_only(entries, 1, via="direct"))
-            print(f"  round: rsync {res['rsync'][-1]:.2f}s, ours direct {res['direct'][-1]:.2f}s", flush=True)
+            parts_seen.append((t, parts))
+            return t
+
+        steps = [("raw", lambda: b.timed(b.raw)), ("engine", engine),
+                 ("transfer0", lambda: b.transfer_only(entries, 0)), ("rsync", lambda: b.timed(b.rsync)),
+                 ("direct", lambda: b.transfer_only(entries, 1, via="direct"))]
+        for r in range(ROUNDS):  # order reversed every other round: write-back of the previous run hits both
+            for name, fn in (steps if r % 2 == 0 else steps[::-1]):
+                res[name].append(fn())
+            print("  round: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in res.items()), flush=True)
         best = {k: min(v) for k, v in res.items()}
         raw, rsync = best["raw"], best["rsync"]
         print(f"baseline raw ssh src tar | ssh dst tar (via controller): {stats(res['raw'])} "
@@ -211,7 +211,7 @@ def main() -> int:
         print(f"baseline rsync -a host to host:                         {stats(res['rsync'])} "
               f"({mb / rsync:.0f} MB/s)")
         e = best["engine"]
-        p = min(zip(res["engine"], parts_seen))[1]
+        p = min(parts_seen, key=lambda x: x[0])[1]
         detail = ", ".join(f"{k} {v:.2f}s" if isinstance(v, float) else f"{k} {v}" for k, v in p.items())
         print(f"ours stream, default (zstd 1, via controller; manifest+prepare+transfer+verify+swap): "
               f"{stats(res['engine'])} -> {raw / e:.2f}x raw (goal >= 0.9), {rsync / e:.2f}x rsync (goal >= 1.0) "
