@@ -7,7 +7,10 @@ Baselines (same lab, same hosts, same cold target, same page-cache-warm source):
 Ours:
   transfer  module_utils/venv_stream.py alone (zstd 0 and 1), relayed by the controller, and --via direct
   engine    manifest on the source + stage prepare + transfer + verify-and-swap (the modules' code, over ssh,
-            without Ansible's per-task overhead)
+            without Ansible's per-task overhead); "engine" uses the role's default hash cache (the unchanged
+            source venv is not re-read; the stage is always read and hashed in full), "engine zstd0" sends
+            plain tar, "engine h2h" streams host to host (--via direct), "engine full" (run once) hashes everything
+            on both sides (venv_hash_cache_dir: "")
   role      the whole `playbooks/venv.yml` run (venv_method=stream), Ansible overhead included
   no-op     a second engine run against an identical target (both manifests hashed, nothing moves) vs rsync
 Ratios are baseline_seconds / our_seconds: >= 1.00 means ours is as fast or faster.
@@ -35,8 +38,9 @@ STAGE = "/opt/sglang/.venv.stage"
 SIZE_MB = 1024
 KEY_ON_SRC = "/root/.ssh/bench_key"
 SSH_OPTS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes"
+CACHE = "/var/cache/sglang-venv"
 REPS = 1
-ROUNDS = 2
+ROUNDS = int(os.environ.get("BENCH_VENV_ROUNDS", "3"))
 
 
 def quiet(*_):
@@ -81,7 +85,7 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
                        f"print(json.dumps(summary(scan({V!r}))))")
 
     def clean_target(self):
-        self.ssh("b300-lab", f"rm -rf {V} {STAGE} /opt/sglang/.venv.old; mkdir -p /opt/sglang")
+        self.ssh("b300-lab", f"rm -rf {V} {STAGE} /opt/sglang/.venv.old {CACHE}; mkdir -p /opt/sglang; sync")
 
     def timed(self, fn) -> float:
         best = None
@@ -111,48 +115,38 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
                               f"root@{self.addr['b300-lab']}:{V}/")
 
     # ---------------------------------------------------------------- ours
-    def prepare(self, entries):
+    def prepare(self, entries, cache=""):
         return self.py("b300-lab", "import json, sys; from module_utils.venv_stage import prepare; "
-                       f"print(json.dumps(prepare({V!r}, [tuple(e) for e in json.load(sys.stdin)])))", entries)
+                       f"print(json.dumps(prepare({V!r}, [tuple(e) for e in json.load(sys.stdin)], "
+                       f"cache_dir={cache!r})))", entries)
 
-    def source_manifest(self):
+    def source_manifest(self, cache=""):
         return self.py("ct200-lab", "import json; from module_utils.venv_manifest import scan; "
-                       f"print(json.dumps(scan({V!r})))")
+                       f"print(json.dumps(scan({V!r}, cache_dir={cache!r})))")
 
-    def commit(self, digest):
+    def commit(self, digest, cache=""):
         return self.py("b300-lab", "import json; from module_utils.venv_stage import commit; "
-                       f"print(json.dumps(commit({V!r}, {digest!r})))")
+                       f"print(json.dumps(commit({V!r}, {digest!r}, cache_dir={cache!r})))")
 
-    def transfer_only(self, entries, level, via="controller") -> float:
-        best = None
-        for _ in range(REPS):
-            self.clean_target()
-            self.prepare(entries)
-            dst = self.conn("b300-lab")
-            if via == "direct":
-                dst = {"host": self.addr["b300-lab"], "user": "root", "key": KEY_ON_SRC, "common_args": SSH_OPTS}
-            t0 = time.monotonic()
-            venv_stream.stream(self.conn("ct200-lab"), dst, V, STAGE, None, zstd_level=level, via=via)
-            dt = time.monotonic() - t0
-            best = dt if best is None else min(best, dt)
-        return best
+    def direct_dst(self) -> dict:
+        return {"host": self.addr["b300-lab"], "user": "root", "key": KEY_ON_SRC, "common_args": SSH_OPTS}
 
-    def engine(self, level) -> tuple[float, dict]:
+    def engine(self, level, cache=CACHE, via="controller") -> tuple[float, dict]:
         from module_utils.venv_manifest import digest
         parts = {}
         t0 = time.monotonic()
-        entries = self.source_manifest()
+        entries = self.source_manifest(cache)
         parts["manifest_src"] = time.monotonic() - t0
         t = time.monotonic()
-        st = self.prepare(entries)
+        st = self.prepare(entries, cache)
         parts["prepare_dst"] = time.monotonic() - t
         if not st["in_sync"]:
             t = time.monotonic()
-            venv_stream.stream(self.conn("ct200-lab"), self.conn("b300-lab"), V, STAGE,
-                               None if st["full"] else st["send"], zstd_level=level)
+            venv_stream.stream(self.conn("ct200-lab"), self.direct_dst() if via == "direct" else self.conn("b300-lab"),
+                               V, STAGE, None if st["full"] else st["send"], zstd_level=level, via=via)
             parts["transfer"] = time.monotonic() - t
             t = time.monotonic()
-            c = self.commit(digest([tuple(e) for e in entries]))
+            c = self.commit(digest([tuple(e) for e in entries]), cache)
             parts["verify_swap"] = time.monotonic() - t
             parts["how"] = c["how"]
         parts["in_sync"] = st["in_sync"]
@@ -179,6 +173,10 @@ def stats(xs: list[float]) -> str:
     return f"best {xs[0]:.2f}s median {xs[len(xs) // 2]:.2f}s of {len(xs)}"
 
 
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def main() -> int:
     lab = Lab(LAB)
     lab.up(log=quiet)
@@ -186,53 +184,69 @@ def main() -> int:
         b = Bench(lab)
         info = b.setup()
         mb = info["bytes"] / 1e6
-        print(f"venv: {info['files']} files, {mb:.0f} MB ({info['bytes'] / (1 << 30):.2f} GiB). Runs are interleaved "
-              "(A B C, C B A, ...) because the 2-core controller is shared; ratios use the best run of each.", flush=True)
-        entries = b.source_manifest()
-        res: dict[str, list[float]] = {"raw": [], "engine": [], "transfer0": [], "rsync": [], "direct": []}
-        parts_seen = []
-        def engine():
-            b.clean_target()
-            t, parts = b.engine(1)
-            parts_seen.append((t, parts))
-            return t
+        print(f"venv: {info['files']} files, {mb:.0f} MB ({info['bytes'] / (1 << 30):.2f} GiB); load average {load()} "
+              f"on {os.cpu_count()} cores (the lab hosts share them). {ROUNDS} rounds, methods interleaved (A B C, "
+              "C B A, ...), every run onto a cold target (venv, stage and hash cache removed, then sync); ratios "
+              "use the median of each (best in brackets).", flush=True)
+        b.source_manifest(CACHE)  # primes the source's hash cache: the same state for every round
+        res: dict[str, list[float]] = {"raw": [], "engine": [], "engine zstd0": [], "rsync": [], "engine h2h": []}
+        parts_seen: dict[str, list] = {k: [] for k in res}
 
-        steps = [("raw", lambda: b.timed(b.raw)), ("engine", engine),
-                 ("transfer0", lambda: b.transfer_only(entries, 0)), ("rsync", lambda: b.timed(b.rsync)),
-                 ("direct", lambda: b.transfer_only(entries, 1, via="direct"))]
+        def engine(name, level=1, **kw):
+            def run():
+                b.clean_target()
+                t, parts = b.engine(level, **kw)
+                parts_seen[name].append((t, parts))
+                return t
+            return run
+
+        steps = [("raw", lambda: b.timed(b.raw)), ("engine", engine("engine")),
+                 ("engine zstd0", engine("engine zstd0", level=0)), ("rsync", lambda: b.timed(b.rsync)),
+                 ("engine h2h", engine("engine h2h", via="direct"))]
         for r in range(ROUNDS):  # order reversed every other round: write-back of the previous run hits both
             for name, fn in (steps if r % 2 == 0 else steps[::-1]):
                 res[name].append(fn())
-            print("  round: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in res.items()), flush=True)
+            print(f"  round {r + 1} (load {load()}): " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in res.items()),
+                  flush=True)
+        med = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
         best = {k: min(v) for k, v in res.items()}
-        raw, rsync = best["raw"], best["rsync"]
-        print(f"baseline raw ssh src tar | ssh dst tar (via controller): {stats(res['raw'])} "
-              f"({mb / raw:.0f} MB/s)")
+
+        def ratio(base, ours):
+            return f"{med[base] / med[ours]:.2f}x {base} [best {best[base] / best[ours]:.2f}x]"
+
+        print(f"baseline raw ssh src tar | ssh dst tar (via controller): {stats(res['raw'])} ({mb / med['raw']:.0f} MB/s)")
         print(f"baseline rsync -a host to host:                         {stats(res['rsync'])} "
-              f"({mb / rsync:.0f} MB/s)")
-        e = best["engine"]
-        p = min(parts_seen, key=lambda x: x[0])[1]
-        detail = ", ".join(f"{k} {v:.2f}s" if isinstance(v, float) else f"{k} {v}" for k, v in p.items())
-        print(f"ours stream, default (zstd 1, via controller; manifest+prepare+transfer+verify+swap): "
-              f"{stats(res['engine'])} -> {raw / e:.2f}x raw (goal >= 0.9), {rsync / e:.2f}x rsync (goal >= 1.0) "
-              f"[{detail}]")
-        t = best["transfer0"]
-        print(f"ours transfer step only (zstd 0, via controller): {stats(res['transfer0'])} -> {raw / t:.2f}x raw")
-        t = best["direct"]
-        print(f"ours transfer step only (zstd 1, host to host): {stats(res['direct'])} -> {rsync / t:.2f}x rsync",
-              flush=True)
+              f"({mb / med['rsync']:.0f} MB/s)")
+        parts_seen["engine full"] = []
+        res["engine full"] = [engine("engine full", cache="")()]  # once: both sides read everything
+        med["engine full"] = best["engine full"] = res["engine full"][0]
+        for name, what in (("engine", "default: zstd 1, via controller, hash cache"),
+                           ("engine zstd0", "no compression, via controller, hash cache"),
+                           ("engine h2h", "zstd 1, host to host, hash cache"),
+                           ("engine full", "zstd 1, via controller, no hash cache: both sides read everything")):
+            p = sorted(parts_seen[name], key=lambda x: x[0])[len(parts_seen[name]) // 2][1]
+            detail = ", ".join(f"{k} {v:.2f}s" if isinstance(v, float) else f"{k} {v}" for k, v in p.items())
+            print(f"ours {name} ({what}): {stats(res[name])} -> {ratio('raw', name)} (goal >= 0.9), "
+                  f"{ratio('rsync', name)} (goal >= 1.0) [{detail}]", flush=True)
         t0 = time.monotonic()
         b.rsync()  # target identical now (rsync made it): the rsync no-op
         rsync_noop = time.monotonic() - t0
         b.clean_target()
         b.engine(1)
-        noop, parts = b.engine(1)
-        assert parts["in_sync"], parts
-        print(f"no-op (identical target): ours {noop:.2f}s (both sides hash {mb:.0f} MB, nothing moves) vs rsync "
-              f"{rsync_noop:.2f}s (size+mtime only) -> {rsync_noop / noop:.2f}x rsync", flush=True)
-        role = b.role()
-        print(f"whole role run (ansible-playbook, stream to a cold target): {role:.2f}s -> {raw / role:.2f}x raw, "
-              f"{rsync / role:.2f}x rsync (Ansible task overhead included)")
+        noops = {}
+        for name, cache in (("hash cache", CACHE), ("full hashing", "")):
+            noop, parts = b.engine(1, cache=cache)
+            assert parts["in_sync"], parts
+            noops[name] = noop
+        print(f"no-op (identical target): rsync {rsync_noop:.2f}s (size+mtime quick check); ours with the hash cache "
+              f"{noops['hash cache']:.2f}s -> {rsync_noop / noops['hash cache']:.2f}x rsync; ours hashing "
+              f"{mb:.0f} MB on both sides {noops['full hashing']:.2f}s -> {rsync_noop / noops['full hashing']:.2f}x",
+              flush=True)
+        if os.environ.get("BENCH_VENV_ROLE", "1") == "1":
+            role = b.role()
+            print(f"whole role run (ansible-playbook, stream to a cold target): {role:.2f}s -> "
+                  f"{med['raw'] / role:.2f}x raw, {med['rsync'] / role:.2f}x rsync (Ansible task overhead included)")
+        print(f"load average at the end: {load()}")
         return 0
     finally:
         lab.down(log=quiet)

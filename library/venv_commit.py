@@ -13,6 +13,7 @@ description:
 options:
   path: {description: Absolute live venv path., type: path, required: true}
   expected_digest: {description: Content hash the stage must have (the source's); empty = no comparison., type: str, default: ""}
+  cache_dir: {description: "Root-only hash cache directory: files whose size, mtime, ctime, inode and device are unchanged since they were last hashed are not read again. Empty = hash every file (full verify).", type: path, default: ""}
 author: [sglang-deploy]
 """
 
@@ -37,13 +38,15 @@ from ansible.module_utils.venv_stage import ManifestError, StageError, commit
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            cache_dir=dict(type="path", default=""),
             path=dict(type="path", required=True),
             expected_digest=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
     try:
-        result = commit(module.params["path"], module.params["expected_digest"], module.check_mode)
+        result = commit(module.params["path"], module.params["expected_digest"], module.check_mode,
+                        module.params["cache_dir"] or "")
     except (ManifestError, StageError, OSError) as exc:
         module.fail_json(msg=f"venv commit: {exc}", path=module.params["path"])
     module.exit_json(**result)

@@ -14,6 +14,7 @@ options:
   fact_path: {description: Provenance fact file to read and return (empty = none)., type: path, default: ""}
   return_entries: {description: Return the full manifest (needed by venv_stage on the target)., type: bool, default: false}
   must_exist: {description: Fail when I(path) is not a venv., type: bool, default: true}
+  cache_dir: {description: "Root-only hash cache directory: files whose size, mtime, ctime, inode and device are unchanged since they were last hashed are not read again. Empty = hash every file (full verify).", type: path, default: ""}
 author: [sglang-deploy]
 """
 
@@ -32,6 +33,8 @@ digest: {description: Content hash (sha256 of the canonical manifest)., type: st
 files: {description: Number of files., type: int, returned: always}
 bytes: {description: Sum of file sizes., type: int, returned: always}
 manifest: {description: Entries [path, kind, mode, size, sha256-or-link]., type: list, returned: when return_entries}
+hashed_bytes: {description: Bytes read and hashed (the rest came from the hash cache)., type: int, returned: when exists}
+cached_files: {description: Files whose hash came from the hash cache., type: int, returned: when exists}
 provenance: {description: Content of the provenance fact file (null when absent)., type: dict, returned: always}
 """
 
@@ -42,6 +45,7 @@ from ansible.module_utils.venv_manifest import ManifestError, describe
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            cache_dir=dict(type="path", default=""),
             path=dict(type="path", required=True),
             fact_path=dict(type="path", default=""),
             return_entries=dict(type="bool", default=False),
@@ -51,7 +55,8 @@ def main():
     )
     p = module.params
     try:
-        result = describe(p["path"], p["fact_path"], p["return_entries"], p["must_exist"])
+        result = describe(p["path"], p["fact_path"], p["return_entries"], p["must_exist"], p["cache_dir"] or "",
+                          not module.check_mode)
     except ManifestError as exc:
         module.fail_json(msg=f"venv manifest: {exc}", path=p["path"])
     module.exit_json(changed=False, **result)

@@ -14,6 +14,7 @@ description:
 options:
   path: {description: Absolute live venv path., type: path, required: true}
   source_manifest: {description: The source's manifest entries (venv_manifest return_entries)., type: list, elements: raw, required: true}
+  cache_dir: {description: "Root-only hash cache directory: files whose size, mtime, ctime, inode and device are unchanged since they were last hashed are not read again. Empty = hash every file (full verify).", type: path, default: ""}
 author: [sglang-deploy]
 """
 
@@ -34,6 +35,8 @@ send_bytes: {description: Bytes of file content that move (uncompressed)., type:
 delete: {description: Paths the target has and the source lacks., type: list, returned: always}
 stage: {description: Staging directory path., type: str, returned: always}
 live_digest: {description: Content hash of the live venv before the change., type: str, returned: always}
+hashed_bytes: {description: Bytes of the live venv read and hashed (the rest came from the hash cache)., type: int, returned: always}
+cached_files: {description: Live files whose hash came from the hash cache., type: int, returned: always}
 recovered: {description: Leftovers of an interrupted run that were cleaned up., type: list, returned: always}
 """
 
@@ -45,13 +48,15 @@ from ansible.module_utils.venv_stage import StageError, prepare
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            cache_dir=dict(type="path", default=""),
             path=dict(type="path", required=True),
             source_manifest=dict(type="list", elements="raw", required=True),
         ),
         supports_check_mode=True,
     )
     try:
-        result = prepare(module.params["path"], decode(module.params["source_manifest"]), module.check_mode)
+        result = prepare(module.params["path"], decode(module.params["source_manifest"]), module.check_mode,
+                         module.params["cache_dir"] or "")
     except (ManifestError, StageError, OSError) as exc:
         module.fail_json(msg=f"venv stage: {exc}", path=module.params["path"])
     module.exit_json(changed=not result["in_sync"] or bool(result["recovered"]), **result)

@@ -12,6 +12,13 @@ import check, the service), so they differ between hosts without meaning anythin
 Owner and mtime are left out too: the venv is root's everywhere and tar carries mtimes.
 
 The digest (the venv's "content hash") is the sha256 of the canonical text of the sorted entries.
+
+Hash cache (optional, ``cache_dir``): like rsync's quick check, a file whose (size, mtime_ns, ctime_ns, inode,
+device) equal what was recorded when it was last hashed is not read again. What that trusts: nothing rewrote
+the file without changing its ctime (which userland cannot set; only a clock change or a raw block-device write
+could). Entries changed less than RACY_NS before the scan started are never cached (coarse timestamps: a write in
+the same tick would not change ctime). The cache is root's alone (directory 0700, file 0600, ignored when owned
+by anyone else or writable by others); ``cache_dir=""`` hashes everything (full verify).
 """
 from __future__ import annotations
 
@@ -19,6 +26,8 @@ import hashlib
 import json
 import os
 import stat
+import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 EXCLUDE_DIRS = ("__pycache__",)
@@ -26,6 +35,8 @@ EXCLUDE_SUFFIXES = (".pyc",)
 # Hashing releases the GIL (OpenSSL), so a few threads keep a fast disk busy on big venvs.
 HASH_WORKERS = 4
 CHUNK = 1 << 20
+CACHE_VERSION = 1
+RACY_NS = 100_000_000  # entries changed < 100 ms before the scan are not cached (ctime ticks are <= 10 ms)
 
 
 class ManifestError(Exception):
@@ -48,8 +59,9 @@ def excluded(name: str, is_dir: bool) -> bool:
     return name.endswith(EXCLUDE_SUFFIXES)
 
 
-def walk(root: str) -> list[tuple[str, str, int, int, str]]:
-    """Stat every entry below root (no hashing yet: files carry ref None)."""
+def walk(root: str, stats: dict | None = None) -> list[tuple[str, str, int, int, str]]:
+    """Stat every entry below root (no hashing yet: files carry ref None). stats, when given, receives
+    rel path -> (size, mtime_ns, ctime_ns, inode, device) of every file (the hash cache's key)."""
     if not os.path.isdir(root) or os.path.islink(root):
         raise ManifestError(f"{root} is not a directory")
     st = os.lstat(root)
@@ -78,6 +90,8 @@ def walk(root: str) -> list[tuple[str, str, int, int, str]]:
             elif stat.S_ISREG(st.st_mode):
                 if not excluded(name, False):
                     entries.append((rel, "f", stat.S_IMODE(st.st_mode), st.st_size, None))
+                    if stats is not None:
+                        stats[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
             else:
                 raise ManifestError(f"unsupported file type at {full} (mode {st.st_mode:o}): a venv holds only "
                                     "files, directories and symlinks")
@@ -85,10 +99,95 @@ def walk(root: str) -> list[tuple[str, str, int, int, str]]:
     return entries
 
 
-def scan(root: str, workers: int = HASH_WORKERS) -> list[tuple[str, str, int, int, str]]:
-    """Full manifest of root: every file hashed (sha256), in parallel."""
-    entries = walk(root)
-    files = [i for i, e in enumerate(entries) if e[1] == "f"]
+def cache_file(cache_dir: str, root: str) -> str:
+    key = hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:24]
+    return os.path.join(cache_dir, f"hashes-{key}.json")
+
+
+def _owned_private(st) -> bool:
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def load_cache(cache_dir: str, root: str) -> dict:
+    """rel path -> [size, mtime_ns, ctime_ns, inode, device, sha256] recorded for root ({} when absent/untrusted)."""
+    if not cache_dir:
+        return {}
+    path = cache_file(cache_dir, root)
+    try:
+        if not _owned_private(os.stat(cache_dir)):
+            return {}
+        with open(path, encoding="utf-8") as fh:
+            if not _owned_private(os.fstat(fh.fileno())):
+                return {}
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or data.get("root") != os.path.abspath(root):
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def save_cache(cache_dir: str, root: str, entries, stats: dict, started_ns: int) -> bool:
+    """Record the hashes of entries for root, keyed by stats (walk's); racy entries left out. Best effort."""
+    if not cache_dir:
+        return False
+    cutoff = started_ns - RACY_NS
+    files = {}
+    for p, k, _, _, ref in entries:
+        st = stats.get(p)
+        if k == "f" and st and ref and st[1] < cutoff and st[2] < cutoff:
+            files[p] = [*st, ref]
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        if not _owned_private(os.stat(cache_dir)):
+            return False
+        fd, tmp = tempfile.mkstemp(prefix=".hashes-", dir=cache_dir)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:  # mkstemp: mode 0600
+                json.dump({"version": CACHE_VERSION, "root": os.path.abspath(root), "files": files}, fh,
+                          separators=(",", ":"))
+            os.replace(tmp, cache_file(cache_dir, root))
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        return False
+    return True
+
+
+def drop_cache(cache_dir: str, root: str) -> None:
+    if cache_dir:
+        try:
+            os.unlink(cache_file(cache_dir, root))
+        except OSError:
+            pass
+
+
+def scan(root: str, workers: int = HASH_WORKERS, cache_dir: str = "", info: dict | None = None,
+         cache_as: str = "", save: bool = True) -> list[tuple[str, str, int, int, str]]:
+    """Full manifest of root: every file hashed (sha256), in parallel.
+
+    With cache_dir, files whose stat key matches the cache are not read (see the module docstring), and the
+    cache is rewritten for root (or for cache_as: the path root will have after a rename, which keeps inodes
+    and ctimes). info, when given, receives hashed/cached counts and bytes.
+    """
+    started = time.time_ns()
+    stats: dict = {}
+    entries = walk(root, stats)
+    cached = load_cache(cache_dir, root) if cache_dir and not cache_as else {}
+    files = []
+    hits = 0
+    for i, e in enumerate(entries):
+        if e[1] != "f":
+            continue
+        c = cached.get(e[0])
+        if isinstance(c, list) and len(c) == 6 and tuple(c[:5]) == stats[e[0]] and isinstance(c[5], str) \
+                and len(c[5]) == 64:
+            entries[i] = (e[0], e[1], e[2], e[3], c[5])
+            hits += 1
+        else:
+            files.append(i)
 
     def one(i: int) -> str:
         try:
@@ -96,11 +195,18 @@ def scan(root: str, workers: int = HASH_WORKERS) -> list[tuple[str, str, int, in
         except OSError as exc:
             raise ManifestError(f"cannot read {entries[i][0]} in {root}: {exc}") from exc
 
+    # big files first: the pool stays busy to the end instead of waiting on one late large file
+    files.sort(key=lambda i: -entries[i][3])
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         digests = list(pool.map(one, files))
     for i, d in zip(files, digests):
         p, k, m, s, _ = entries[i]
         entries[i] = (p, k, m, s, d)
+    if cache_dir and save and (files or cache_as or len(cached) != hits):
+        save_cache(cache_dir, cache_as or root, entries, stats, started)
+    if info is not None:
+        info.update({"hashed_files": len(files), "hashed_bytes": sum(entries[i][3] for i in files),
+                     "cached_files": hits})
     return entries
 
 
@@ -191,7 +297,8 @@ def read_json(path: str):
         return None
 
 
-def describe(root: str, fact_path: str = "", with_entries: bool = False, must_exist: bool = True) -> dict:
+def describe(root: str, fact_path: str = "", with_entries: bool = False, must_exist: bool = True,
+             cache_dir: str = "", save_cache: bool = True) -> dict:
     """What the venv_manifest module returns: does the venv exist, its manifest summary, its provenance fact."""
     result = {"path": root, "exists": False, "digest": "", "files": 0, "entries": 0, "bytes": 0,
               "provenance": read_json(fact_path) if fact_path else None}
@@ -200,8 +307,10 @@ def describe(root: str, fact_path: str = "", with_entries: bool = False, must_ex
             why = "does not exist" if not os.path.lexists(root) else "is not a venv (no pyvenv.cfg or bin/python)"
             raise ManifestError(f"{root} {why}")
         return result
-    entries = scan(root)
+    info: dict = {}
+    entries = scan(root, cache_dir=cache_dir, info=info, save=save_cache)
     result.update(summary(entries))
+    result.update(info)
     result["exists"] = True
     if with_entries:
         result["manifest"] = encode(entries)

@@ -22,11 +22,11 @@ import shutil
 import stat
 
 try:
-    from ansible.module_utils.venv_manifest import (EXCLUDE_DIRS, ManifestError, diff, digest, first_differences,
-                                                    is_venv, scan, summary)
+    from ansible.module_utils.venv_manifest import (EXCLUDE_DIRS, ManifestError, diff, digest, drop_cache,
+                                                    first_differences, is_venv, scan, summary)
 except ImportError:
-    from module_utils.venv_manifest import (EXCLUDE_DIRS, ManifestError, diff, digest, first_differences,  # noqa
-                                            is_venv, scan, summary)
+    from module_utils.venv_manifest import (EXCLUDE_DIRS, ManifestError, diff, digest, drop_cache,  # noqa
+                                            first_differences, is_venv, scan, summary)
 
 AT_FDCWD = -100
 RENAME_EXCHANGE = 2
@@ -97,7 +97,7 @@ def _link_tree(src: str, dst: str, skip: set[str]) -> None:
         dirnames[:] = [n for n in dirnames if n in keep]
 
 
-def prepare(live: str, source_entries, check_mode: bool = False) -> dict:
+def prepare(live: str, source_entries, check_mode: bool = False, cache_dir: str = "") -> dict:
     """Compare the live venv with the source manifest; when they differ, make the stage ready to receive.
 
     Directories and symlinks are made in the stage from the source manifest itself; only file contents travel.
@@ -109,7 +109,8 @@ def prepare(live: str, source_entries, check_mode: bool = False) -> dict:
     if os.path.lexists(p["live"]) and not os.path.isdir(p["live"]):
         raise StageError(f"{p['live']} exists and is not a directory; refusing to replace it")
     have_live = is_venv(p["live"])
-    target = scan(p["live"]) if have_live else []
+    info: dict = {}
+    target = scan(p["live"], cache_dir=cache_dir, info=info, save=not check_mode) if have_live else []
     d = diff(source_entries, target)
     src = {e[0]: e for e in source_entries}
     dst = {e[0]: e for e in target}
@@ -119,7 +120,8 @@ def prepare(live: str, source_entries, check_mode: bool = False) -> dict:
               "delete": d["delete"] if have_live else [], "send_count": len(send_files) if have_live else
               sum(1 for e in source_entries if e[1] == "f"),
               "send_bytes": d["send_bytes"], "same": d["same"], "stage": p["stage"],
-              "live_digest": digest(target) if have_live else "", "recovered": recovered}
+              "live_digest": digest(target) if have_live else "", "recovered": recovered,
+              "hashed_bytes": info.get("hashed_bytes", 0), "cached_files": info.get("cached_files", 0)}
     if in_sync or check_mode:
         return result
     os.makedirs(p["parent"], mode=0o755, exist_ok=True)
@@ -178,16 +180,19 @@ def swap(live: str) -> str:
     return "two-renames"
 
 
-def commit(live: str, expected_digest: str = "", check_mode: bool = False) -> dict:
-    """Verify the stage (full manifest; must equal expected_digest when given) and swap it in."""
+def commit(live: str, expected_digest: str = "", check_mode: bool = False, cache_dir: str = "") -> dict:
+    """Verify the stage (full manifest, every file read and hashed; must equal expected_digest when given) and
+    swap it in. With cache_dir the hashes just computed are recorded for the live path (a rename keeps inodes
+    and ctimes), so the next run's comparison does not read the venv again."""
     p = paths(live)
     if check_mode:
         return {"changed": True, "how": "", "digest": expected_digest}
     if not is_venv(p["stage"]):
         raise StageError(f"stage {p['stage']} is not a complete venv (no pyvenv.cfg or bin/python)")
-    entries = scan(p["stage"])
+    entries = scan(p["stage"], cache_dir=cache_dir, cache_as=p["live"])
     info = summary(entries)
     if expected_digest and info["digest"] != expected_digest:
+        drop_cache(cache_dir, p["live"])
         raise StageError(f"stage {p['stage']} does not match the source manifest (digest {info['digest']} != "
                          f"{expected_digest}); live venv left untouched")
     how = swap(live)
