@@ -63,6 +63,17 @@ class PlaybookRun:
         assert found, f"task {task!r} did not run; tasks that ran: {sorted(self.task_names())}\n{self.stdout[-3000:]}"
         return found[-1]
 
+    def failures(self) -> str:
+        """Every failed or unreachable task with its message: the evidence an assertion should show."""
+        out = []
+        for ev in self.events:
+            if ev.get("event") in ("runner_on_failed", "runner_on_unreachable") and not ev["event_data"].get("ignore_errors"):
+                data = ev["event_data"]
+                res = data.get("res", {})
+                out.append(f"{data.get('host')} | {data.get('task')}: {res.get('msg', '')} "
+                           f"{res.get('stderr', '')[-800:]} {res.get('stdout', '')[-400:]}".strip())
+        return "\n".join(out) or "(no failed task events)"
+
     def task_names(self) -> set[str]:
         return {ev["event_data"].get("task") for ev in self.events if ev.get("event", "").startswith("runner_on_")}
 
