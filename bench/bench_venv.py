@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -170,7 +171,7 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
 
 def stats(xs: list[float]) -> str:
     xs = sorted(xs)
-    return f"best {xs[0]:.2f}s median {xs[len(xs) // 2]:.2f}s of {len(xs)}"
+    return f"best {xs[0]:.2f}s median {statistics.median(xs):.2f}s of {len(xs)}"
 
 
 def load() -> str:
@@ -208,7 +209,7 @@ def main() -> int:
                 res[name].append(fn())
             print(f"  round {r + 1} (load {load()}): " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in res.items()),
                   flush=True)
-        med = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
+        med = {k: statistics.median(v) for k, v in res.items()}
         best = {k: min(v) for k, v in res.items()}
 
         def ratio(base, ours):
