@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +111,16 @@ def run_playbook(lab: Lab, playbook: str, *, limit: str | None = None, extravars
         stdout = r.stdout.read() if r.stdout else ""
         events = list(r.events)
     return PlaybookRun(rc=r.rc, status=r.status, events=events, stdout=stdout)
+
+
+def start_playbook(lab: Lab, playbook: str, extravars: dict, limit: str) -> "subprocess.Popen":
+    """Start ansible-playbook in the background in its own session, for tests that kill the controller mid-run
+    (the caller signals the process group and waits)."""
+    env = {**os.environ, "LAB_NAME": lab.name, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONPATH": str(ROOT)}
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab", playbook, "-l", limit,
+           "-e", json.dumps(extravars)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
 @pytest.fixture

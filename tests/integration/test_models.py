@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from lab.testhub import HubProcess
-from tests.integration.conftest import run_playbook
+from tests.integration.conftest import run_playbook, start_playbook
 
 LAB_NAME = "models"
 PLAYBOOK = "playbooks/models.yml"
@@ -133,11 +131,7 @@ def test_sigkill_of_the_controller_mid_download_then_rerun(lab, gateway):
         sh(lab, "b300-lab", "rm -rf /srv/itest-models")
         extra = models_vars(hub, [("one", "big/one")], models_chunk_size_mb=4, models_connections=4,
                             models_stall_timeout=300, models_poll_interval=1)
-        env = {**os.environ, "LAB_NAME": lab.name, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONPATH": str(ROOT)}
-        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab", PLAYBOOK, "-l", "b300-lab",
-               "-e", json.dumps(extra)]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = start_playbook(lab, PLAYBOOK, extra, "b300-lab")
         try:
             deadline = time.monotonic() + 240
             done = 0

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from module_utils import venv_patch
+from tests.integration.conftest import start_playbook
 
 LAB_NAME = "venv"
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,11 +112,7 @@ def test_corrupted_file_is_detected_and_repaired(lab, playbook):
 def test_killed_transfer_leaves_live_venv_intact(lab):
     before = remote_summary(lab, "b300-lab")["digest"]
     sh(lab, "ct200-lab", f"head -c 48M /dev/urandom > {VENV}/big.bin")
-    env = {**os.environ, "LAB_NAME": lab.name, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONPATH": str(ROOT)}
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab", PLAYBOOK, "-l", "b300-lab",
-           "-e", json.dumps({**STREAM, "venv_stream_bwlimit_mbps": 4})]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = start_playbook(lab, PLAYBOOK, {**STREAM, "venv_stream_bwlimit_mbps": 4}, "b300-lab")
     try:
         deadline = time.monotonic() + 180
         size = 0
