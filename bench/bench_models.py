@@ -2,6 +2,9 @@
 
   throughput    hf_model (hf_transfer lanes + verification + fsync) vs the best of `curl` and `aria2c -x8`
                 (+ fsync) on the same files from the same test Hub                           goal >= 0.95x
+                in two regimes: unpaced loopback (CPU-bound: the Hub, the clients and our hashing share the
+                2 cores) and link-bound (the Hub paced like a host's share of a CDN: BENCH_MODELS_LINK, default
+                300 MB/s in all, 40 MB/s per connection), the regime of a real download
   verification  parallel verify_files vs `sha256sum` run serially on the same files        goal >= 1.7x
   resume        bytes re-fetched after SIGKILL mid-download vs the 64 MiB per-file bound    goal <= 1.0x
   no-op rerun   rerun time of an 8 GiB model over a 1 GiB model (same file count)           goal <= 1.15x
@@ -85,74 +88,86 @@ def _cpu_s() -> float:
 def bench_throughput() -> None:
     size_mb = int(os.environ.get("BENCH_MODELS_MB", "384"))
     rounds = int(os.environ.get("BENCH_MODELS_ROUNDS", "2" if QUICK else "5"))
+    link = [float(x) for x in os.environ.get("BENCH_MODELS_LINK", "300,40").split(",")]
     repo = f"tp/m{size_mb}"
     with HubProcess(seed=21, repos=[f"{repo}:shards=2,shard_size={size_mb}MiB,small=false"], cache_dir=str(CACHE)) as hub:
-        sha = hub.repos[repo]
-        names = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
-        total = sum(size_mb * MiB + i for i in range(2))
-        urls = [f"{hub.endpoint}/{repo}/resolve/{sha}/{n}" for n in names]
+        hub.set_link(0, 0)
+        throughput_round(hub, repo, size_mb, rounds, "throughput",
+                         "loopback, unpaced: CPU-bound (the Hub, the client and its hashing share 2 cores)")
+        hub.set_link(link[0], link[1])
+        throughput_round(hub, repo, size_mb, rounds, "throughput_link",
+                         f"link-bound: the test Hub paced to {link[0]:.0f} MB/s in all and {link[1]:.0f} MB/s per "
+                         "connection, like a host's share of a CDN (BENCH_MODELS_LINK=total,per_connection)")
+        hub.set_link(0, 0)
 
-        def run_ours() -> float:
-            d = fresh("tp-ours")
-            t0 = time.monotonic()
-            sync({"repo_id": repo, "endpoint": hub.endpoint, "dest": str(d / "m"), "free_space_margin_mb": 0})
-            return time.monotonic() - t0
 
-        def run_curl() -> float:
-            d = fresh("tp-curl")
-            t0 = time.monotonic()
-            procs = [subprocess.Popen(["curl", "-sS", "-L", "--noproxy", "*", "-o", str(d / n), u])
-                     for n, u in zip(names, urls)]
-            assert all(p.wait() == 0 for p in procs)
-            fsync_tree(d)
-            took = time.monotonic() - t0
-            # what the same guarantee as ours would add (not part of curl's figure or CPU): `openssl dgst` uses the
-            # CPU's SHA extensions like our hashlib (coreutils sha256sum here does not, and would flatter ours)
-            c1, t1 = _cpu_s(), time.monotonic()
-            subprocess.run(["openssl", "dgst", "-sha256"] + [str(d / n) for n in names], stdout=subprocess.DEVNULL,
-                           check=True)
-            hash_after.append(time.monotonic() - t1)
-            hash_cpu.append(_cpu_s() - c1)
-            return took
+def throughput_round(hub, repo: str, size_mb: int, rounds: int, figure: str, regime: str) -> None:
+    sha = hub.repos[repo]
+    names = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    total = sum(size_mb * MiB + i for i in range(2))
+    urls = [f"{hub.endpoint}/{repo}/resolve/{sha}/{n}" for n in names]
 
-        def run_aria2c() -> float:
-            d = fresh("tp-aria2c")
-            t0 = time.monotonic()
-            cmd = ["aria2c", "-q", "-x8", "-s8", "-k1M", "--file-allocation=none", "--no-conf", "--all-proxy=",
-                   "-d", str(d)]
-            procs = [subprocess.Popen(cmd + ["-o", n, u]) for n, u in zip(names, urls)]
-            assert all(p.wait() == 0 for p in procs)
-            fsync_tree(d)
-            return time.monotonic() - t0
+    def run_ours() -> float:
+        d = fresh("tp-ours")
+        t0 = time.monotonic()
+        sync({"repo_id": repo, "endpoint": hub.endpoint, "dest": str(d / "m"), "free_space_margin_mb": 0})
+        return time.monotonic() - t0
 
-        runs: dict[str, list[float]] = {"ours": [], "curl": [], "aria2c": []}
-        cpu: dict[str, list[float]] = {"ours": [], "curl": [], "aria2c": []}  # client CPU s (the Hub excluded)
-        hash_after: list[float] = []
-        hash_cpu: list[float] = []
-        fns = {"ours": run_ours, "curl": run_curl, "aria2c": run_aria2c}
-        order = list(fns)
-        loads = [os.getloadavg()[0]]
-        for r in range(rounds):  # interleaved rounds, the order rotating so that no method always follows another
-            for name in order[r % 3:] + order[:r % 3]:
-                drop_caches()  # every method starts with no dirty pages of the previous one left to write
-                c0 = _cpu_s()
-                runs[name].append(fns[name]())
-                cpu[name].append(_cpu_s() - c0 - (hash_cpu[-1] if name == "curl" else 0.0))
-            loads.append(os.getloadavg()[0])
-        best = {k: total / min(v) / 1e6 for k, v in runs.items()}
-        med = {k: total / statistics.median(v) / 1e6 for k, v in runs.items()}
-        baseline = max(best["curl"], best["aria2c"])
-        base_name = "curl" if best["curl"] >= best["aria2c"] else "aria2c"
-        ratio = best["ours"] / baseline
-        med_ratio = med["ours"] / max(med["curl"], med["aria2c"])
-        say("throughput", f"{best['ours']:.0f} MB/s vs best baseline {base_name} {baseline:.0f} MB/s "
-                          f"(curl {best['curl']:.0f}, aria2c -x8 {best['aria2c']:.0f}) = {ratio:.2f}x best of "
-                          f"{rounds}, {med_ratio:.2f}x median (goal >= 0.95x; 2 x {size_mb} MiB, all from the same "
-                          f"test Hub, all including fsync; only ours hashes (sha256 while downloading) and "
-                          f"lists/probes the repo; load average {min(loads):.1f}-{max(loads):.1f} on "
-                          f"{os.cpu_count()} cores)",
-            ratio=ratio, cpu=cpu, curl_then_openssl_sha256_s=hash_after, median_ratio=med_ratio, ours=best["ours"], curl=best["curl"], aria2c=best["aria2c"],
-            runs=runs, load=loads)
+    def run_curl() -> float:
+        d = fresh("tp-curl")
+        t0 = time.monotonic()
+        procs = [subprocess.Popen(["curl", "-sS", "-L", "--noproxy", "*", "-o", str(d / n), u])
+                 for n, u in zip(names, urls)]
+        assert all(p.wait() == 0 for p in procs)
+        fsync_tree(d)
+        took = time.monotonic() - t0
+        # what the same guarantee as ours would add (not part of curl's figure or CPU): `openssl dgst` uses the
+        # CPU's SHA extensions like our hashlib (coreutils sha256sum here does not, and would flatter ours)
+        c1, t1 = _cpu_s(), time.monotonic()
+        subprocess.run(["openssl", "dgst", "-sha256"] + [str(d / n) for n in names], stdout=subprocess.DEVNULL,
+                       check=True)
+        hash_after.append(time.monotonic() - t1)
+        hash_cpu.append(_cpu_s() - c1)
+        return took
+
+    def run_aria2c() -> float:
+        d = fresh("tp-aria2c")
+        t0 = time.monotonic()
+        cmd = ["aria2c", "-q", "-x8", "-s8", "-k1M", "--file-allocation=none", "--no-conf", "--all-proxy=",
+               "-d", str(d)]
+        procs = [subprocess.Popen(cmd + ["-o", n, u]) for n, u in zip(names, urls)]
+        assert all(p.wait() == 0 for p in procs)
+        fsync_tree(d)
+        return time.monotonic() - t0
+
+    runs: dict[str, list[float]] = {"ours": [], "curl": [], "aria2c": []}
+    cpu: dict[str, list[float]] = {"ours": [], "curl": [], "aria2c": []}  # client CPU s (the Hub excluded)
+    hash_after: list[float] = []
+    hash_cpu: list[float] = []
+    fns = {"ours": run_ours, "curl": run_curl, "aria2c": run_aria2c}
+    order = list(fns)
+    loads = [os.getloadavg()[0]]
+    for r in range(rounds):  # interleaved rounds, the order rotating so that no method always follows another
+        for name in order[r % 3:] + order[:r % 3]:
+            drop_caches()  # every method starts with no dirty pages of the previous one left to write
+            c0 = _cpu_s()
+            runs[name].append(fns[name]())
+            cpu[name].append(_cpu_s() - c0 - (hash_cpu[-1] if name == "curl" else 0.0))
+        loads.append(os.getloadavg()[0])
+    best = {k: total / min(v) / 1e6 for k, v in runs.items()}
+    med = {k: total / statistics.median(v) / 1e6 for k, v in runs.items()}
+    baseline = max(best["curl"], best["aria2c"])
+    base_name = "curl" if best["curl"] >= best["aria2c"] else "aria2c"
+    ratio = best["ours"] / baseline
+    med_ratio = med["ours"] / max(med["curl"], med["aria2c"])
+    say(figure, f"[{regime}] {best['ours']:.0f} MB/s vs best baseline {base_name} {baseline:.0f} MB/s "
+                f"(curl {best['curl']:.0f}, aria2c -x8 {best['aria2c']:.0f}) = {ratio:.2f}x best of "
+                f"{rounds}, {med_ratio:.2f}x median (goal >= 0.95x; 2 x {size_mb} MiB, all from the same "
+                f"test Hub, all including fsync; only ours hashes (sha256 while downloading) and "
+                f"lists/probes the repo; load average {min(loads):.1f}-{max(loads):.1f} on "
+                f"{os.cpu_count()} cores)",
+        ratio=ratio, cpu=cpu, curl_then_openssl_sha256_s=hash_after, median_ratio=med_ratio, ours=best["ours"],
+        curl=best["curl"], aria2c=best["aria2c"], runs=runs, load=loads, regime=regime)
     gb = total / 1e9
     with_hash = total / (min(runs["curl"]) + min(hash_after)) / 1e6
     print(f"  client CPU s per GB (median): " + ", ".join(f"{k} {statistics.median(v) / gb:.2f}" for k, v in cpu.items())

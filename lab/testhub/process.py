@@ -47,6 +47,9 @@ class HubProcess:
     def set_faults(self, rules: list[dict]) -> None:
         self._call("/_testhub/faults", rules)
 
+    def set_link(self, rate_mbps: float = 0.0, conn_rate_mbps: float = 0.0) -> dict:
+        return self._call("/_testhub/link", {"rate_mbps": rate_mbps, "conn_rate_mbps": conn_rate_mbps})
+
     def stats(self) -> dict:
         return self._call("/_testhub/stats")
 

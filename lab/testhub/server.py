@@ -7,7 +7,12 @@ Protocol (what huggingface_hub and hf_transfer need, see FACTS.md):
                                                                  LFS: 302 to the file server, X-Linked-Etag/Size
   HEAD|GET /lfs/{sha256}?sig=...  (file server)               -> bytes, Range -> 206 with Content-Range
   404s carry X-Error-Code: RepoNotFound | RevisionNotFound | EntryNotFound.
-Test control (hub port only): GET/POST /_testhub/faults, GET /_testhub/stats, POST /_testhub/reset.
+Test control (hub port only): GET/POST /_testhub/faults, GET /_testhub/stats, POST /_testhub/reset,
+POST /_testhub/link {"rate_mbps": R, "conn_rate_mbps": C} (0 = unpaced).
+
+Link pacing (off by default): file bytes leave at most at R MB/s summed over every connection (the client's NIC
+or the CDN's share of it) and at most C MB/s on each connection (what one TCP stream from a CDN gets; the reason
+hf_transfer opens several). Paced in SEND_STEP pieces, with at most one piece of burst.
 
 Fault rules (dicts) apply to byte transfers (non-LFS resolve GET and file server GET) unless "where": "api"|"any":
   kind: drop (close the socket at `offset`), stall (stop sending at `offset`, socket open, for stall_s),
@@ -35,6 +40,24 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from .repos import DEFAULT_REPOS, HashCache, Repo, RepoFile, build_repo, make_block
 
 SEND_STEP = 1 << 20
+
+
+class Pacer:
+    """Holds a byte stream to `rate` bytes/s: take(n) returns once n more bytes fit in the schedule."""
+
+    def __init__(self, rate: float, burst: int = SEND_STEP):
+        self.rate = float(rate)
+        self.burst_s = burst / self.rate
+        self.lock = threading.Lock()
+        self.due = time.monotonic()
+
+    def take(self, n: int, stop: threading.Event) -> None:
+        with self.lock:
+            now = time.monotonic()
+            self.due = max(self.due, now - self.burst_s) + n / self.rate
+            wait = self.due - now - self.burst_s
+        if wait > 0:
+            stop.wait(wait)
 
 
 class _Server(ThreadingHTTPServer):
@@ -72,6 +95,8 @@ class TestHub:
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.faults: list[dict] = [dict(r) for r in faults or []]
+        self.link: Pacer | None = None
+        self.conn_rate = 0.0
         self.reset_stats()
         self.hub = _Server((bind, port), _make_handler(self, "hub"))
         self.files = _Server((bind, file_port), _make_handler(self, "files"))
@@ -115,6 +140,13 @@ class TestHub:
     def set_faults(self, rules: list[dict]) -> None:
         with self.lock:
             self.faults = [dict(r) for r in rules]
+
+    def set_link(self, rate_mbps: float = 0.0, conn_rate_mbps: float = 0.0) -> dict:
+        """Pace file bytes (see the module docstring); 0 = unpaced."""
+        with self.lock:
+            self.link = Pacer(rate_mbps * 1e6) if rate_mbps > 0 else None
+            self.conn_rate = conn_rate_mbps * 1e6 if conn_rate_mbps > 0 else 0.0
+        return {"rate_mbps": rate_mbps, "conn_rate_mbps": conn_rate_mbps}
 
     def reset_stats(self) -> None:
         with self.lock:
@@ -252,6 +284,9 @@ def _make_handler(hub: TestHub, role: str):
             if role == "hub" and path == "/_testhub/faults":
                 hub.set_faults(json.loads(body or b"[]"))
                 return self._json(200, {"faults": hub.faults})
+            if role == "hub" and path == "/_testhub/link":
+                req = json.loads(body or b"{}")
+                return self._json(200, hub.set_link(float(req.get("rate_mbps", 0)), float(req.get("conn_rate_mbps", 0))))
             if role == "hub" and path == "/_testhub/reset":
                 hub.reset_stats()
                 return self._json(200, {"ok": True})
@@ -432,8 +467,13 @@ def _make_handler(hub: TestHub, role: str):
                 off = rule.get("offset")
                 flip = size // 2 if off is None else int(off)
             pos = start
+            link = hub.link
+            own = Pacer(hub.conn_rate) if hub.conn_rate else None
             while pos < stop_at:
                 n = min(SEND_STEP, stop_at - pos)
+                for pacer in (link, own):
+                    if pacer is not None:
+                        pacer.take(n, hub.stop_event)
                 data = f.content.read(pos, n)
                 if flip is not None and pos <= flip < pos + n:
                     b = bytearray(bytes(data))

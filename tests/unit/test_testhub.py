@@ -153,3 +153,36 @@ def test_cli_prints_ready_line_and_serves(tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_link_pacing_holds_file_bytes_to_the_rate_in_all_and_per_connection(hub):
+    """A 2 MiB shard at 8 MB/s per connection takes >= 0.13 s beyond the one piece of burst; two at once under a
+    10 MB/s link share it (>= 0.3 s for both); unpaced it is far faster; 0 switches pacing off again."""
+    import threading
+    import time
+    f = hub.repos["test/drafter"].files
+    big = [x for x in f if x.size >= 2 * 1024 * 1024][0]
+    url = f"{hub.endpoint}/test/drafter/resolve/main/{big.path}"
+
+    def timed(n=1):
+        bodies = []
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=lambda: bodies.append(get(url)[2])) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(hashlib.sha256(b).hexdigest() == big.sha256 for b in bodies)
+        return time.monotonic() - t0
+
+    unpaced = timed()
+    hub.set_link(0, 8)
+    per_conn = timed()
+    hub.set_link(10, 0)
+    shared = timed(2)
+    hub.set_link(0, 0)
+    try:
+        assert per_conn >= (big.size - (1 << 20)) / 8e6 * 0.95 > unpaced
+        assert shared >= (2 * big.size - (1 << 20)) / 10e6 * 0.95 > unpaced
+    finally:
+        hub.set_link(0, 0)
