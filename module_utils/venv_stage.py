@@ -3,6 +3,7 @@
 Layout next to the live venv L = <parent>/<name>:
     <parent>/.<name>.stage   the new venv being assembled (a transfer or a build writes only here)
     <parent>/.<name>.old     the previous venv for the instant between two renames (fallback swap only)
+    <parent>/.<name>.stage.hashes   what the stream's receiver hashed while tar was extracting (venv_receive.py)
 
 The live path only ever changes by rename: renameat2(RENAME_EXCHANGE) swaps stage and live in one step
 (Linux >= 3.15, glibc >= 2.28); where the filesystem refuses it, two renames with a recovery rule (live
@@ -24,9 +25,11 @@ import stat
 try:
     from ansible.module_utils.venv_manifest import (EXCLUDE_DIRS, ManifestError, diff, digest, drop_cache,
                                                     first_differences, is_venv, scan, summary)
+    from ansible.module_utils import venv_receive
 except ImportError:
     from module_utils.venv_manifest import (EXCLUDE_DIRS, ManifestError, diff, digest, drop_cache,  # noqa
                                             first_differences, is_venv, scan, summary)
+    from module_utils import venv_receive
 
 AT_FDCWD = -100
 RENAME_EXCHANGE = 2
@@ -42,7 +45,7 @@ def paths(live: str) -> dict:
         raise StageError(f"venv path must be an absolute path below /, got {live!r}")
     parent, name = os.path.split(live)
     return {"live": live, "parent": parent, "stage": os.path.join(parent, f".{name}.stage"),
-            "old": os.path.join(parent, f".{name}.old")}
+            "old": os.path.join(parent, f".{name}.old"), "hashes": os.path.join(parent, f".{name}.stage.hashes")}
 
 
 def _rmtree(path: str) -> bool:
@@ -63,7 +66,7 @@ def recover(live: str, check_mode: bool = False) -> list[str]:
         actions.append(f"restored {p['old']} -> {p['live']} (an earlier swap was interrupted)")
         if not check_mode:
             os.rename(p["old"], p["live"])
-    for key in ("stage", "old"):
+    for key in ("stage", "old", "hashes"):
         if os.path.lexists(p[key]):
             actions.append(f"removed stale {p[key]}")
             if not check_mode:
@@ -181,16 +184,24 @@ def swap(live: str) -> str:
 
 
 def commit(live: str, expected_digest: str = "", check_mode: bool = False, cache_dir: str = "") -> dict:
-    """Verify the stage (full manifest, every file read and hashed; must equal expected_digest when given) and
-    swap it in. With cache_dir the hashes just computed are recorded for the live path (a rename keeps inodes
-    and ctimes), so the next run's comparison does not read the venv again."""
+    """Verify the stage (full manifest, every file read and hashed during this run; must equal expected_digest
+    when given) and swap it in. Files the stream's receiver read back and hashed right after tar wrote them, and
+    that still have the stat key they had then, are not read again; every other file is read here. With cache_dir
+    the hashes are recorded for the live path (a rename keeps inodes and ctimes), so the next run's comparison does
+    not read the venv again."""
     p = paths(live)
     if check_mode:
         return {"changed": True, "how": "", "digest": expected_digest}
     if not is_venv(p["stage"]):
         raise StageError(f"stage {p['stage']} is not a complete venv (no pyvenv.cfg or bin/python)")
-    entries = scan(p["stage"], cache_dir=cache_dir, cache_as=p["live"])
+    received = venv_receive.load(p["hashes"], p["stage"])
+    if os.path.lexists(p["hashes"]):
+        os.unlink(p["hashes"])
+    scanned: dict = {}
+    entries = scan(p["stage"], cache_dir=cache_dir, cache_as=p["live"], known=received, info=scanned)
     info = summary(entries)
+    info.update({"hashed_at_commit_files": scanned["hashed_files"], "hashed_at_commit_bytes": scanned["hashed_bytes"],
+                 "hashed_while_receiving_files": scanned["cached_files"]})
     if expected_digest and info["digest"] != expected_digest:
         drop_cache(cache_dir, p["live"])
         raise StageError(f"stage {p['stage']} does not match the source manifest (digest {info['digest']} != "

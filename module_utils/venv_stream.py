@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Controller-side venv stream: ``ssh SRC 'tar | zstd' | ssh DST 'zstd -d | tar -x -C STAGE'``.
+"""Controller-side venv stream: ``ssh SRC 'tar | zstd' | ssh DST 'zstd -d | tar -x -C STAGE'`` (the target side run by
+venv_receive.py, which hashes each file once tar has written it).
 
 This file runs ON THE CONTROLLER (the role calls it with ``delegate_to: localhost``); it is not a target-side
 module_utils helper and never runs on the hosts. It opens two ssh connections with the inventory's connection
@@ -26,14 +27,24 @@ import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 EXCLUDES = ("__pycache__", "*.pyc")
 PIPE_SIZE = 1 << 20
+# ssh's default cipher is chacha20-poly1305; AES-GCM runs on the CPU's AES-NI/PCLMUL units and encrypts several
+# times faster per core. A stream is one ssh connection per hop (two through the controller), so the cipher is
+# what bounds it: measured here, a 1 GiB relay to /dev/null took 3.5 s with aes128-gcm vs 6.0-7.7 s with chacha20.
+# A preference list, not a restriction: the first one the server also offers wins (sshd offers all of these by
+# default). "" = ssh's own choice (its config files and defaults).
+DEFAULT_CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr,aes256-ctr"
 
 
 def ssh_argv(conn: dict, remote: str, extra: list[str] | None = None) -> list[str]:
-    """ssh command line for a host from its inventory connection variables (a dict; missing keys = ssh's own)."""
+    """ssh command line for a host from its inventory connection variables (a dict; missing keys = ssh's own).
+    conn["ciphers"] (a comma list) comes before the inventory's own arguments, so a -c there still wins."""
     argv = ["ssh", "-o", "BatchMode=yes"]
+    if conn.get("ciphers"):
+        argv += ["-c", str(conn["ciphers"])]
     if conn.get("port"):
         argv += ["-p", str(conn["port"])]
     if conn.get("user"):
@@ -67,13 +78,17 @@ def source_command(conn: dict, path: str, full: bool, zstd_level: int) -> str:
     return "bash -o pipefail -c " + shlex.quote(source_pipeline(conn, path, full, zstd_level))
 
 
+RECEIVER = Path(__file__).with_name("venv_receive.py")
+
+
 def target_command(conn: dict, stage: str, zstd_level: int) -> str:
-    """Remote shell command on the target: unpack into the stage (which venv_stage made and owns)."""
-    tar = f"{_sudo(conn)}tar -C {shlex.quote(stage)} --numeric-owner -xpf -"
-    if zstd_level > 0:
-        tar = "zstd -q -d -c | " + tar
-    guard = f"test -d {shlex.quote(stage)} || {{ echo 'stage {stage} missing: run venv_stage first' >&2; exit 3; }}"
-    return "bash -o pipefail -c " + shlex.quote(f"{guard}; {tar}")
+    """Remote shell command on the target: unpack into the stage (which venv_stage made and owns), hashing every
+    file while tar goes on (module_utils/venv_receive.py, sent inline: nothing is installed on the target).
+    The hashes land beside the stage (<stage>.hashes); venv_commit uses the ones whose files are unchanged."""
+    code = RECEIVER.read_text(encoding="utf-8")
+    python = conn.get("python") or "python3"
+    return (f"{_sudo(conn)}{shlex.quote(python)} -c {shlex.quote(code)} {shlex.quote(stage)} {int(zstd_level)} "
+            f"{shlex.quote(stage.rstrip('/') + '.hashes')}")
 
 
 def relay(src_fd: int, dst_fd: int, bwlimit: float = 0.0, chunk: int = 1 << 20) -> tuple[int, bool]:
@@ -110,8 +125,13 @@ def relay(src_fd: int, dst_fd: int, bwlimit: float = 0.0, chunk: int = 1 << 20) 
 
 
 def stream(src: dict, dst: dict, src_path: str, stage: str, files: list[str] | None, zstd_level: int = 1,
-           via: str = "controller", bwlimit: float = 0.0, timeout: float = 0.0) -> dict:
+           via: str = "controller", bwlimit: float = 0.0, timeout: float = 0.0, ciphers: str | None = None) -> dict:
+    """Move the venv (files=None) or the listed files from src_path on src into stage on dst. ciphers: the ssh
+    cipher preference of every hop (None = DEFAULT_CIPHERS, "" = ssh's own); a conn's own "ciphers" key wins."""
     full = files is None
+    if ciphers is None:
+        ciphers = DEFAULT_CIPHERS
+    src, dst = ({"ciphers": ciphers, **src}, {"ciphers": ciphers, **dst}) if ciphers else (src, dst)
     listing = b"".join(f.encode() + b"\0" for f in files or [])
     started = time.monotonic()
     if via == "direct":
@@ -174,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--via", choices=("controller", "direct"), default="controller")
     ap.add_argument("--bwlimit-mbps", type=float, default=0.0, help="relay limit in MB/s (0 = none)")
     ap.add_argument("--timeout", type=float, default=0.0, help="seconds (0 = none)")
+    ap.add_argument("--ciphers", default=DEFAULT_CIPHERS,
+                    help="ssh cipher preference of every hop (comma list; '' = ssh's own choice)")
     args = ap.parse_args(argv)
     files = None if args.full else json.load(sys.stdin)
     if files is not None and not isinstance(files, list):
@@ -181,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         report = stream(json.loads(args.src), json.loads(args.dst), args.src_path, args.stage, files,
-                        args.zstd_level, args.via, args.bwlimit_mbps * 1e6, args.timeout)
+                        args.zstd_level, args.via, args.bwlimit_mbps * 1e6, args.timeout, args.ciphers)
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
         print(str(exc), file=sys.stderr)
         return 1

@@ -34,10 +34,19 @@ def test_commands_quote_paths_and_pick_mode():
     assert "tar -C '/opt/my venv'" in inner and "--exclude=__pycache__" in inner and "zstd -q -T0 -1 -c" in inner
     listed = shlex.split(st.source_command(CONN, "/v", False, 0))[-1]
     assert "--null --no-recursion" in listed and "-T -" in listed and "zstd" not in listed
-    tgt = shlex.split(st.target_command(CONN, "/opt/.venv.stage", 3))[-1]
-    assert tgt.startswith("test -d /opt/.venv.stage ||") and "zstd -q -d -c | tar -C /opt/.venv.stage" in tgt
-    become = dict(CONN, user="deploy", become=True)
+    tgt = shlex.split(st.target_command(CONN, "/opt/my stage", 3))
+    assert tgt[:2] == ["python3", "-c"] and "def receive(" in tgt[2]
+    assert tgt[3:] == ["/opt/my stage", "3", "/opt/my stage.hashes"]
+    become = dict(CONN, user="deploy", become=True, python="/usr/bin/python3.11")
     assert "sudo -n tar" in st.source_pipeline(become, "/v", True, 0)
+    assert shlex.split(st.target_command(become, "/s", 0))[:3] == ["sudo", "-n", "/usr/bin/python3.11"]
+
+
+def test_cipher_preference_goes_before_the_inventory_args():
+    argv = st.ssh_argv(dict(CONN, ciphers="aes128-gcm@openssh.com,chacha20-poly1305@openssh.com"), "true")
+    assert argv[3:5] == ["-c", "aes128-gcm@openssh.com,chacha20-poly1305@openssh.com"]
+    assert argv.index("-c") < argv.index("StrictHostKeyChecking=no")  # a -c in common_args comes later and wins
+    assert "-c" not in st.ssh_argv(CONN, "true")  # nothing asked: ssh's own choice (the bench's raw baseline)
 
 
 def test_relay_counts_and_limits_bandwidth():
