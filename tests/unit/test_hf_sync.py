@@ -85,7 +85,12 @@ def assert_tree_correct(dest, truth):
 
 
 def test_fetch_then_rerun_is_a_noop_without_hashing(hub, truth, tmp_path, monkeypatch):
+    from module_utils import hf_fetch
+    windows = []
+    real = hf_fetch._QuietServer
+    monkeypatch.setattr(hf_fetch, "_QuietServer", lambda *a: windows.append(a) or real(*a))
     r = sync(params(hub, tmp_path / "m"))
+    assert not windows  # nothing was resumed: the fill window was never bound
     assert r["changed"] and r["files_fetched"] == len(truth) and r["sha"] == hub.repos["t/small"]
     assert_tree_correct(tmp_path / "m", truth)
     assert not list((tmp_path / "m" / ".hf_model" / "parts").iterdir())
@@ -277,3 +282,17 @@ def test_rerun_takes_over_from_a_live_worker(hub, tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_start_writeback_asks_the_kernel_and_leaves_bytes_alone(tmp_path):
+    from module_utils.hf_fetch import start_writeback
+    p = tmp_path / "f"
+    data = os.urandom(1 << 20)
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, data)
+        assert start_writeback(fd) is True  # sync_file_range(2) accepted the call (a wrong binding gets EINVAL)
+        assert start_writeback(-1) is False
+    finally:
+        os.close(fd)
+    assert p.read_bytes() == data
