@@ -8,6 +8,8 @@ short_description: Verify the staged venv against the expected content hash and 
 description:
   - Computes the full manifest of C(.<name>.stage); when I(expected_digest) is given it must match, else the
     module fails and the live venv stays as it was.
+  - Files the stream's receiver hashed while tar extracted them (C(.<name>.stage.hashes), 0600) are not read
+    again as long as they keep the stat key they had when hashed; every other file is read and hashed here.
   - Swaps stage and live with renameat2(RENAME_EXCHANGE) (two renames where the filesystem refuses), then
     removes the previous venv.
 options:
@@ -29,6 +31,9 @@ digest: {description: Content hash of the venv now live., type: str, returned: s
 files: {description: Number of files., type: int, returned: success}
 bytes: {description: Sum of file sizes., type: int, returned: success}
 how: {description: exchange, rename or two-renames., type: str, returned: success}
+hashed_at_commit_files: {description: Files read and hashed by this module., type: int, returned: success}
+hashed_at_commit_bytes: {description: Bytes read and hashed by this module., type: int, returned: success}
+hashed_while_receiving_files: {description: Files vouched for by the stream's receiver (not read again)., type: int, returned: success}
 """
 
 from ansible.module_utils.basic import AnsibleModule
