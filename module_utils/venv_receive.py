@@ -1,13 +1,13 @@
 """Target side of a venv stream (stdlib only): unpack into the stage and hash every file as soon as tar is done with it.
 
-The controller sends this file's text as ``python3 -c CODE STAGE ZSTD_LEVEL HASHES`` over ssh (it is never
+The controller sends this file's text as ``python3 -c CODE STAGE ZSTD_LEVEL`` over ssh (it is never
 installed on the target). stdin is the stream; it goes straight to ``[zstd -d |] tar -x -v`` (this process never
 touches the bytes). GNU tar prints a member's name before it extracts the member, so once the name of member N+1
 has arrived, member N is complete on disk, its mode and times set. Such a file is then read back from the stage (the
 page cache, right after tar wrote it) and hashed by a small pool of threads while tar goes on with the rest: the
 verification that used to read the whole stage after the transfer now overlaps it.
 
-HASHES (beside the stage, written 0600 at the end) maps each hashed path to [size, mtime_ns, ctime_ns, inode,
+HASHES (``<stage>.hashes``, beside the stage, written 0600 at the end) maps each hashed path to [size, mtime_ns, ctime_ns, inode,
 device, sha256], the stat key taken before the read and checked unchanged after it. venv_stage.commit trusts an
 entry only while the file still has that key (the same rule as the hash cache), hashes everything else itself,
 and compares the complete manifest with the source's digest before any swap. So this is never the last word:
@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import queue
+import shlex
 import stat
 import subprocess
 import sys
@@ -82,16 +83,17 @@ def hash_file(root: str, rel: str, view: memoryview | None = None):
     return stat_key(after) + [h.hexdigest()]
 
 
+def hashes_path(stage: str) -> str:
+    """Where receive() leaves its hashes for `stage` (and where venv_stage.commit looks)."""
+    return os.path.normpath(stage) + ".hashes"
+
+
 def extract_command(stage: str, zstd_level: int) -> str:
-    tar = ("tar -C %s --numeric-owner -xpvf - --quoting-style=c" % _quote(stage))
+    tar = "tar -C %s --numeric-owner -xpvf - --quoting-style=c" % shlex.quote(stage)
     return ("zstd -q -d -c | " + tar) if zstd_level > 0 else tar
 
 
-def _quote(s: str) -> str:
-    return "'" + s.replace("'", "'\"'\"'") + "'"
-
-
-def receive(stage: str, zstd_level: int, hashes_path: str, stdin=None, threads: int = HASH_THREADS) -> int:
+def receive(stage: str, zstd_level: int, stdin=None, threads: int = HASH_THREADS) -> int:
     if not os.path.isdir(stage):
         sys.stderr.write("stage %s missing: run venv_stage first\n" % stage)
         return 3
@@ -161,19 +163,20 @@ def receive(stage: str, zstd_level: int, hashes_path: str, stdin=None, threads: 
     for e in errors[:5]:
         sys.stderr.write("venv_receive: not hashed (commit will read it): %s\n" % e)
     if rc == 0:
-        tmp = hashes_path + ".tmp"
+        out = hashes_path(stage)
+        tmp = out + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps({"version": VERSION, "root": os.path.abspath(stage), "files": done},
                                 separators=(",", ":")))  # dumps: C encoder, unlike dump()
-        os.replace(tmp, hashes_path)
+        os.replace(tmp, out)
     return rc
 
 
-def load(hashes_path: str, stage: str) -> dict:
+def load(stage: str) -> dict:
     """The HASHES file receive() wrote for stage: rel path -> record ({} when absent, foreign or not ours)."""
     try:
-        fd = os.open(hashes_path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(hashes_path(stage), os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return {}
     with os.fdopen(fd) as fh:
@@ -191,4 +194,4 @@ def load(hashes_path: str, stage: str) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(receive(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+    sys.exit(receive(sys.argv[1], int(sys.argv[2])))

@@ -45,7 +45,8 @@ def paths(live: str) -> dict:
         raise StageError(f"venv path must be an absolute path below /, got {live!r}")
     parent, name = os.path.split(live)
     return {"live": live, "parent": parent, "stage": os.path.join(parent, f".{name}.stage"),
-            "old": os.path.join(parent, f".{name}.old"), "hashes": os.path.join(parent, f".{name}.stage.hashes")}
+            "old": os.path.join(parent, f".{name}.old"),
+            "hashes": venv_receive.hashes_path(os.path.join(parent, f".{name}.stage"))}
 
 
 def _rmtree(path: str) -> bool:
@@ -194,7 +195,7 @@ def commit(live: str, expected_digest: str = "", check_mode: bool = False, cache
         return {"changed": True, "how": "", "digest": expected_digest}
     if not is_venv(p["stage"]):
         raise StageError(f"stage {p['stage']} is not a complete venv (no pyvenv.cfg or bin/python)")
-    received = venv_receive.load(p["hashes"], p["stage"])
+    received = venv_receive.load(p["stage"])
     if os.path.lexists(p["hashes"]):
         os.unlink(p["hashes"])
     scanned: dict = {}

@@ -87,8 +87,7 @@ def target_command(conn: dict, stage: str, zstd_level: int) -> str:
     The hashes land beside the stage (<stage>.hashes); venv_commit uses the ones whose files are unchanged."""
     code = RECEIVER.read_text(encoding="utf-8")
     python = conn.get("python") or "python3"
-    return (f"{_sudo(conn)}{shlex.quote(python)} -c {shlex.quote(code)} {shlex.quote(stage)} {int(zstd_level)} "
-            f"{shlex.quote(stage.rstrip('/') + '.hashes')}")
+    return f"{_sudo(conn)}{shlex.quote(python)} -c {shlex.quote(code)} {shlex.quote(stage)} {int(zstd_level)}"
 
 
 def relay(src_fd: int, dst_fd: int, bwlimit: float = 0.0, chunk: int = 1 << 20) -> tuple[int, bool]:

@@ -55,10 +55,11 @@ def test_receive_hashes_every_file_and_commit_reads_none_again(tmp_path):
     entries = vm.scan(str(src))
     live = tmp_path / "dst/venv"
     r = vs.prepare(str(live), entries)
-    hashes = r["stage"] + ".hashes"
+    hashes = vr.hashes_path(r["stage"])
+    assert hashes == vs.paths(str(live))["hashes"]  # one rule: where the receiver writes is where commit looks
     with open(tar_stream(src, tmp_path), "rb") as stream:
-        assert vr.receive(r["stage"], 0, hashes, stdin=stream) == 0
-    got = vr.load(hashes, r["stage"])
+        assert vr.receive(r["stage"], 0, stdin=stream) == 0
+    got = vr.load(r["stage"])
     files = {e[0]: e for e in entries if e[1] == "f"}
     assert set(got) == set(files)
     assert got["lib/big.so"][5] == hashlib.sha256(big).hexdigest()
@@ -75,7 +76,7 @@ def test_a_file_changed_after_it_was_hashed_is_read_again_and_caught(tmp_path):
     live = tmp_path / "dst/venv"
     r = vs.prepare(str(live), entries)
     with open(tar_stream(src, tmp_path), "rb") as stream:
-        assert vr.receive(r["stage"], 0, r["stage"] + ".hashes", stdin=stream) == 0
+        assert vr.receive(r["stage"], 0, stdin=stream) == 0
     victim = os.path.join(r["stage"], "bin/tool")
     data = open(victim, "rb").read()
     with open(victim, "r+b") as fh:  # same size, other bytes: only the (changed) ctime can tell
@@ -91,12 +92,16 @@ def test_forged_or_foreign_hash_files_are_ignored(tmp_path):
     h = tmp_path / ".venv.stage.hashes"
     h.write_text('{"version": 1, "root": "%s", "files": {"x": [1, 2, 3, 4, 5, "%s"]}}' % (stage, "0" * 64))
     os.chmod(h, 0o644)  # readable by others: not what receive() writes
-    assert vr.load(str(h), str(stage)) == {}
+    assert vr.load(str(stage)) == {}
     os.chmod(h, 0o600)
-    assert set(vr.load(str(h), str(stage))) == {"x"}
-    assert vr.load(str(h), str(tmp_path / "other")) == {}  # written for another stage
+    assert set(vr.load(str(stage))) == {"x"}
+    other = tmp_path / "other"
+    other.mkdir()
+    h.rename(vr.hashes_path(str(other)))
+    assert vr.load(str(other)) == {}  # written for another stage
     h.write_text("not json")
-    assert vr.load(str(h), str(stage)) == {}
+    os.chmod(h, 0o600)
+    assert vr.load(str(stage)) == {}
 
 
 def test_failed_extraction_writes_no_hashes_and_says_why(tmp_path):
@@ -105,6 +110,6 @@ def test_failed_extraction_writes_no_hashes_and_says_why(tmp_path):
     bad = tmp_path / "bad.tar"
     bad.write_bytes(b"this is not a tar archive" * 100)
     with open(bad, "rb") as stream:
-        assert vr.receive(str(stage), 0, str(tmp_path / "h"), stdin=stream) != 0
-    assert not (tmp_path / "h").exists()
-    assert vr.receive(str(tmp_path / "missing"), 0, str(tmp_path / "h")) == 3
+        assert vr.receive(str(stage), 0, stdin=stream) != 0
+    assert not os.path.exists(vr.hashes_path(str(stage)))
+    assert vr.receive(str(tmp_path / "missing"), 0) == 3

@@ -36,7 +36,7 @@ def test_commands_quote_paths_and_pick_mode():
     assert "--null --no-recursion" in listed and "-T -" in listed and "zstd" not in listed
     tgt = shlex.split(st.target_command(CONN, "/opt/my stage", 3))
     assert tgt[:2] == ["python3", "-c"] and "def receive(" in tgt[2]
-    assert tgt[3:] == ["/opt/my stage", "3", "/opt/my stage.hashes"]
+    assert tgt[3:] == ["/opt/my stage", "3"]
     become = dict(CONN, user="deploy", become=True, python="/usr/bin/python3.11")
     assert "sudo -n tar" in st.source_pipeline(become, "/v", True, 0)
     assert shlex.split(st.target_command(become, "/s", 0))[:3] == ["sudo", "-n", "/usr/bin/python3.11"]
