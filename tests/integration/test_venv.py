@@ -74,6 +74,11 @@ def test_stream_to_b300_then_second_run_moves_nothing(lab, playbook):
     assert f["patch_series_hash"] == SERIES_HASH and f["sglang_version"] == "0.5.23.post0+standin"
     assert sh(lab, "b300-lab", f"{VENV}/bin/python -c 'import six; print(six.lab_patched())'") == "('0001', '0002')"
     assert any(r["_host"] == "b300-lab" for r in run.results("Report the venv swap"))  # the swap notified
+    report = json.loads(run.result("Stream the differing files from the source into the stage (controller-side ssh "
+                                   "relay)", "b300-lab")["stdout"])
+    # the receiver wrote (and hashed) every file that travelled; "auto" sends plain tar from a 2-CPU lab host
+    assert report["files_written"] == (src["files"] if stage["full"] else stage["send_count"]), report
+    assert report["compressed"] is False and report["tar_bytes"] > 0, report
     inode = sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg")
 
     again = playbook(PLAYBOOK, extravars=STREAM)
@@ -156,7 +161,8 @@ def test_check_mode_on_a_host_without_the_venv_changes_nothing(lab, playbook):
     assert sh(lab, "b300-lab", "ls -d /opt/checkmode /var/lib/checkmode 2>/dev/null | wc -l") == "0"
 
 
-@pytest.mark.parametrize("case", ["unknown_flavour", "missing_patch_file", "empty_ddtree_series", "source_without_venv"])
+@pytest.mark.parametrize("case", ["unknown_flavour", "missing_patch_file", "empty_ddtree_series", "source_without_venv",
+                                  "bad_zstd_level"])
 def test_bad_input_fails_before_the_target_changes(lab, playbook, tmp_path, case):
     before = sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg; md5sum {FACT}")
     extravars = {"venv_method": "build"}
@@ -171,6 +177,9 @@ def test_bad_input_fails_before_the_target_changes(lab, playbook, tmp_path, case
     elif case == "empty_ddtree_series":
         extravars.update({"venv_flavour": "ddtree", "venv_ddtree_patch_dir": str(tmp_path)})
         expect = "holds no patches"
+    elif case == "bad_zstd_level":
+        extravars = {**STREAM, "venv_stream_zstd_level": "fast"}
+        expect = "venv_stream_zstd_level=fast (auto, or 0-19)"
     else:
         extravars = {**STREAM, "venv_path": "/opt/nothing/venv"}
         expect = "stream source ct200-lab has no usable venv"

@@ -1,73 +1,203 @@
-"""module_utils.venv_receive: the target side of a stream hashes each file once GNU tar is done with it, and
-venv_stage.commit trusts only the hashes whose files are unchanged since (real tar, real files)."""
+"""module_utils.venv_receive: the target side of a stream unpacks real GNU tar / pax archives into the stage,
+hashing every file as it writes it; venv_stage.commit trusts only the hashes whose files are unchanged since.
+Streams are made by the source pipeline the product runs (venv_stream.source_pipeline), with real tar and zstd."""
 import hashlib
+import io
+import json
 import os
+import shutil
+import stat
 import subprocess
+import tarfile
 
 import pytest
 
 from module_utils import venv_manifest as vm
 from module_utils import venv_receive as vr
 from module_utils import venv_stage as vs
+from module_utils import venv_stream as st
 from tests.unit.test_venv_manifest import make_tree
 
+needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd not installed")
 
-def tar_stream(src, path):
-    """The bytes venv_stream's source side would send for a full stream (no compression)."""
-    out = path / "stream.tar"
-    subprocess.run(["tar", "-C", str(src), "--numeric-owner", "-cf", str(out), "--exclude=__pycache__",
-                    "--exclude=*.pyc", "."], check=True)
+
+def source_stream(src, path, level=0, files=None, name="stream.bin"):
+    """The bytes the source side of a stream sends (the product's own pipeline, run locally)."""
+    out = path / name
+    listing = b"".join(f.encode() + b"\0" for f in files or [])
+    with open(out, "wb") as fh:
+        subprocess.run(["bash", "-o", "pipefail", "-c", st.source_pipeline({}, str(src), files is None, level)],
+                       input=listing, stdout=fh, check=True)
     return out
 
 
-@pytest.mark.parametrize("line,want", [
-    (b'"./lib/python3.11/site-packages/pkg/__init__.py"\n', "lib/python3.11/site-packages/pkg/__init__.py"),
-    (b'"./"\n', ""),
-    (b'"./bin/"\n', "bin"),
-    (b'"sp ace/tab\\there"\n', "sp ace/tab\there"),
-    (b'"q\\"uote\\\\back"\n', 'q"uote\\back'),
-    (b'"caf\\303\\251.py"\n', "caf\u00e9.py"),
-])
-def test_member_path_reads_tar_c_quoting(line, want):
-    assert vr.member_path(line) == want
+def receive(stage, stream_path):
+    out = io.StringIO()
+    with open(stream_path, "rb") as fh:
+        rc = vr.receive(str(stage), stdin=fh, stdout=out)
+    return rc, (json.loads(out.getvalue()) if out.getvalue() else None)
 
 
-def test_member_path_matches_what_gnu_tar_prints(tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    odd = ['a "q".txt', "back\\slash", "caf\u00e9.py", "sp ace"]
-    for n in odd:
-        (src / n).write_text(n)
-    archive = tmp_path / "a.tar"
-    subprocess.run(["tar", "-C", str(src), "-cf", str(archive), "."], check=True)
-    dst = tmp_path / "dst"
-    dst.mkdir()
-    out = subprocess.run(["tar", "-C", str(dst), "-xvf", str(archive), "--quoting-style=c"], check=True,
-                         capture_output=True).stdout
-    names = {vr.member_path(x) for x in out.splitlines(keepends=True)}
-    assert names == {""} | set(odd)
+def framed_tar(path, build, fmt=tarfile.GNU_FORMAT, frame=vr.FRAME_TAR):
+    """A hand-made archive (tarfile), framed like a plain stream: for members the source's tar would not send."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        build(tf)
+    path.write_bytes(frame + buf.getvalue())
+    return path
 
 
-def test_receive_hashes_every_file_and_commit_reads_none_again(tmp_path):
+def add_file(tf, name, data=b"x", mode=0o644, mtime=1_600_000_000):
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, mtime
+    tf.addfile(info, io.BytesIO(data))
+
+
+def add_entry(tf, name, kind, linkname="", mode=0o755):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, linkname, mode
+    tf.addfile(info)
+
+
+def test_frames_agree_between_the_two_ends():
+    assert st.FRAME_TAR.encode() == vr.FRAME_TAR and st.FRAME_ZSTD.encode() == vr.FRAME_ZSTD
+    assert len(vr.FRAME_TAR) == len(vr.FRAME_ZSTD) == 16
+
+
+@pytest.mark.parametrize("level", [0, pytest.param(1, marks=needs_zstd)])
+def test_receive_hashes_every_file_and_commit_reads_none_again(tmp_path, level):
     src = make_tree(tmp_path / "src/venv")
-    big = os.urandom(3 << 20)
+    big = os.urandom(9 << 20)  # larger than the read buffer: a file spans many reads
     (src / "lib/big.so").write_bytes(big)
+    deep = src / ("lib/" + "d" * 90 + "/" + "e" * 90)  # > 100 bytes: GNU long-name members
+    deep.mkdir(parents=True)
+    (deep / ("f" * 120 + ".py")).write_text("long\n")
+    (src / "lib/link-to-long").symlink_to("d" * 90 + "/" + "e" * 90 + "/" + "f" * 120 + ".py")
+    os.chmod(src / "bin", 0o555)  # a read-only directory: its mode is set after its contents are written
+    os.utime(src / "lib/big.so", ns=(1_500_000_000_123_456_789, 1_500_000_000_123_456_789))
     entries = vm.scan(str(src))
     live = tmp_path / "dst/venv"
     r = vs.prepare(str(live), entries)
     hashes = vr.hashes_path(r["stage"])
     assert hashes == vs.paths(str(live))["hashes"]  # one rule: where the receiver writes is where commit looks
-    with open(tar_stream(src, tmp_path), "rb") as stream:
-        assert vr.receive(r["stage"], 0, stdin=stream) == 0
-    got = vr.load(r["stage"])
+    rc, report = receive(r["stage"], source_stream(src, tmp_path, level))
+    assert rc == 0
     files = {e[0]: e for e in entries if e[1] == "f"}
+    assert report["compressed"] is bool(level) and report["files"] == len(files)
+    assert report["file_bytes"] == sum(e[3] for e in files.values())
+    got = vr.load(r["stage"])
     assert set(got) == set(files)
     assert got["lib/big.so"][5] == hashlib.sha256(big).hexdigest()
     assert os.stat(hashes).st_mode & 0o777 == 0o600
+    stage = r["stage"]
+    assert os.stat(os.path.join(stage, "bin")).st_mode & 0o777 == 0o555
+    assert os.stat(os.path.join(stage, "lib/big.so")).st_mtime_ns // 10**9 == 1_500_000_000  # GNU: whole seconds
     res = vs.commit(str(live), vm.digest(entries))
     assert res["hashed_at_commit_files"] == 0 and res["hashed_while_receiving_files"] == len(files)
     assert not os.path.exists(hashes)  # tied to that stage: gone with it
     assert vm.digest(vm.scan(str(live))) == vm.digest(entries)
+    assert os.readlink(live / "bin/python") == "/usr/bin/python3"
+
+
+def test_partial_stream_replaces_linked_files_without_touching_the_live_inode(tmp_path):
+    src = make_tree(tmp_path / "src/venv")
+    entries = vm.scan(str(src))
+    live = tmp_path / "dst/venv"
+    r = vs.prepare(str(live), entries)
+    assert receive(r["stage"], source_stream(src, tmp_path))[0] == 0
+    vs.commit(str(live), vm.digest(entries))
+    tool = live / "bin/tool"
+    before = tool.read_bytes()
+    (src / "bin/tool").write_text("#!/opt/sglang/venv/bin/python\nnew\n")
+    entries = vm.scan(str(src))
+    r = vs.prepare(str(live), entries)
+    assert r["send"] == ["bin/tool"]
+    stage = r["stage"]
+    # the stage shares every other file with the live venv; put the old tool back in as a link too, as if the
+    # stage had kept it: the receiver must unlink it, never write through it
+    os.link(tool, os.path.join(stage, "bin/tool"))
+    rc, report = receive(stage, source_stream(src, tmp_path, files=r["send"]))
+    assert rc == 0 and report["files"] == 1
+    assert tool.read_bytes() == before  # the live venv's inode is untouched
+    vs.commit(str(live), vm.digest(entries))
+    assert (live / "bin/tool").read_text().endswith("new\n")
+
+
+def test_pax_archives_hard_links_and_sub_second_times(tmp_path):
+    def build(tf):
+        add_entry(tf, "./", tarfile.DIRTYPE, mode=0o750)
+        add_entry(tf, "bin", tarfile.DIRTYPE)
+        info = tarfile.TarInfo("bin/caf\u00e9-" + "n" * 150)  # pax path: non-ASCII and long
+        info.size, info.mode = 5, 0o755
+        info.pax_headers = {"mtime": "1600000000.25"}
+        tf.addfile(info, io.BytesIO(b"hello"))
+        add_entry(tf, "bin/twin", tarfile.LNKTYPE, linkname="bin/caf\u00e9-" + "n" * 150)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    rc, report = receive(stage, framed_tar(tmp_path / "p.bin", build, fmt=tarfile.PAX_FORMAT))
+    assert rc == 0 and report["members"] == 4
+    one = stage / "bin" / ("caf\u00e9-" + "n" * 150)
+    assert one.read_bytes() == b"hello" and os.stat(one).st_mtime_ns == 1_600_000_000_250_000_000
+    assert os.stat(stage / "bin/twin").st_ino == os.stat(one).st_ino
+    assert stat.S_IMODE(os.stat(stage).st_mode) == 0o750
+    got = vr.load(str(stage))
+    assert got["bin/twin"][5] == got["bin/caf\u00e9-" + "n" * 150][5] == hashlib.sha256(b"hello").hexdigest()
+    assert got["bin/twin"][:5] == vr.stat_key(os.stat(one))  # the link's new ctime: both records still valid
+
+
+@pytest.mark.parametrize("name,build,why", [
+    ("dotdot", lambda tf: add_file(tf, "bin/../../escape"), "'..' component"),
+    ("absolute", lambda tf: add_file(tf, "/tmp/escape"), "absolute path"),
+    ("through-symlink", lambda tf: (add_entry(tf, "out", tarfile.SYMTYPE, linkname="/tmp"),
+                                    add_file(tf, "out/escape")), "not a directory"),
+    ("fifo", lambda tf: add_entry(tf, "fifo", tarfile.FIFOTYPE), "a venv cannot hold"),
+    ("hardlink-out", lambda tf: add_entry(tf, "x", tarfile.LNKTYPE, linkname="../outside"), "'..' component"),
+])
+def test_members_that_would_escape_or_cannot_be_in_a_venv_are_refused(tmp_path, name, build, why, capsys):
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    rc, _ = receive(stage, framed_tar(tmp_path / f"{name}.bin", build))
+    assert rc in (4, 5)
+    assert why in capsys.readouterr().err
+    assert not os.path.exists("/tmp/escape") or name != "through-symlink"
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "outside").exists()
+    assert not os.path.exists(vr.hashes_path(str(stage)))
+
+
+def test_truncated_corrupt_or_unframed_streams_fail_and_say_why(tmp_path, capsys):
+    src = make_tree(tmp_path / "src/venv")
+    (src / "blob").write_bytes(os.urandom(300_000))
+    whole = source_stream(src, tmp_path).read_bytes()
+    stage = tmp_path / "stage"
+    cases = {
+        "cut": (whole[:len(whole) // 2], "ended early"),
+        "flipped": (whole[:16 + 148] + b"9" + whole[16 + 149:], "checksum"),
+        "unframed": (whole[16:], "frame line"),
+        "not tar": (vr.FRAME_TAR + b"this is not a tar archive" * 100, "checksum"),
+    }
+    for what, (data, why) in cases.items():
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir()
+        (tmp_path / "bad.bin").write_bytes(data)
+        rc, report = receive(stage, tmp_path / "bad.bin")
+        assert rc == 4 and report is None, what
+        assert why in capsys.readouterr().err, what
+        assert not os.path.exists(vr.hashes_path(str(stage))), what
+    assert vr.receive(str(tmp_path / "missing")) == 3
+
+
+@needs_zstd
+def test_corrupt_zstd_stream_fails(tmp_path, capsys):
+    src = make_tree(tmp_path / "src/venv")
+    (src / "blob").write_bytes(os.urandom(300_000))
+    data = bytearray(source_stream(src, tmp_path, level=1).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "bad.bin").write_bytes(bytes(data))
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    rc, _ = receive(stage, tmp_path / "bad.bin")
+    assert rc != 0
+    assert not os.path.exists(vr.hashes_path(str(stage)))
 
 
 def test_a_file_changed_after_it_was_hashed_is_read_again_and_caught(tmp_path):
@@ -75,8 +205,7 @@ def test_a_file_changed_after_it_was_hashed_is_read_again_and_caught(tmp_path):
     entries = vm.scan(str(src))
     live = tmp_path / "dst/venv"
     r = vs.prepare(str(live), entries)
-    with open(tar_stream(src, tmp_path), "rb") as stream:
-        assert vr.receive(r["stage"], 0, stdin=stream) == 0
+    assert receive(r["stage"], source_stream(src, tmp_path))[0] == 0
     victim = os.path.join(r["stage"], "bin/tool")
     data = open(victim, "rb").read()
     with open(victim, "r+b") as fh:  # same size, other bytes: only the (changed) ctime can tell
@@ -104,12 +233,9 @@ def test_forged_or_foreign_hash_files_are_ignored(tmp_path):
     assert vr.load(str(stage)) == {}
 
 
-def test_failed_extraction_writes_no_hashes_and_says_why(tmp_path):
-    stage = tmp_path / "stage"
-    stage.mkdir()
-    bad = tmp_path / "bad.tar"
-    bad.write_bytes(b"this is not a tar archive" * 100)
-    with open(bad, "rb") as stream:
-        assert vr.receive(str(stage), 0, stdin=stream) != 0
-    assert not os.path.exists(vr.hashes_path(str(stage)))
-    assert vr.receive(str(tmp_path / "missing"), 0) == 3
+@pytest.mark.parametrize("field,want", [
+    (b"0000644\0", 0o644), (b"     17 ", 0o17), (b"\0" * 8, 0),
+    (b"\x80" + (5 << 33).to_bytes(11, "big"), 5 << 33),  # GNU base-256: sizes of 8 GiB and more
+])
+def test_numeric_header_fields(field, want):
+    assert vr.octal(field, "size") == want
