@@ -32,7 +32,7 @@ exists: {description: Whether a venv is at path., type: bool, returned: always}
 digest: {description: Content hash (sha256 of the canonical manifest)., type: str, returned: always}
 files: {description: Number of files., type: int, returned: always}
 bytes: {description: Sum of file sizes., type: int, returned: always}
-manifest: {description: Entries [path, kind, mode, size, sha256-or-link]., type: list, returned: when return_entries}
+manifest: {description: "The canonical manifest text (its sha256 is the digest), one entry per line: path TAB kind (f, d, l) TAB octal mode TAB size TAB sha256-or-link-target.", type: str, returned: when return_entries}
 hashed_bytes: {description: Bytes read and hashed (the rest came from the hash cache)., type: int, returned: when exists}
 cached_files: {description: Files whose hash came from the hash cache., type: int, returned: when exists}
 provenance: {description: Content of the provenance fact file (null when absent)., type: dict, returned: always}

@@ -97,7 +97,10 @@ def walk(root: str, stats: dict | None = None) -> list[tuple[str, str, int, int,
                     add((rel, "d", stat.S_IMODE(mode), 0, ""))
                     todo.append((rel + "/", de.path))
                 elif stat.S_ISLNK(mode):
-                    add((rel, "l", 0, 0, os.readlink(de.path)))
+                    target = os.readlink(de.path)
+                    if "\n" in target or "\t" in target:  # would break the canonical text (and the digest)
+                        raise ManifestError(f"symlink target with a tab or newline in {root}: {rel!r}")
+                    add((rel, "l", 0, 0, target))
                 else:
                     raise ManifestError(f"unsupported file type at {de.path} (mode {mode:o}): a venv holds only "
                                         "files, directories and symlinks")
@@ -238,22 +241,41 @@ def summary(entries) -> dict:
     }
 
 
-def encode(entries) -> list[list]:
-    """JSON-friendly form (what the venv_manifest module returns and venv_stage takes)."""
-    return [list(e) for e in entries]
+def encode(entries) -> str:
+    """The form the venv_manifest module returns and venv_stage takes: the canonical text itself (one entry per
+    line, path TAB kind TAB octal mode TAB size TAB ref), so its sha256 is the digest. One string, not a list of
+    28k lists: Ansible templates and passes it as one value (a list of lists cost about 3 s of task overhead
+    per 28k entries on the lab, in the registering and in the next task's arguments)."""
+    return canonical(sorted(entries, key=lambda e: e[0])).decode()
+
+
+def _checked(p, k, m, s, r, item) -> tuple[str, str, int, int, str]:
+    if k not in ("f", "d", "l") or not p or os.path.isabs(p) or "/../" in f"/{p}/" or "\0" in p:
+        raise ManifestError(f"malformed manifest entry: {item!r}")
+    return (str(p), k, int(m), int(s), "" if r is None else str(r))
 
 
 def decode(data) -> list[tuple[str, str, int, int, str]]:
+    """encode()'s text (or a JSON list of [path, kind, mode, size, ref]) -> sorted entries; ManifestError if bad."""
+    out = []
+    if isinstance(data, str) and not data.lstrip().startswith("["):
+        for line in data.splitlines():
+            fields = line.split("\t")
+            if len(fields) != 5:
+                raise ManifestError(f"malformed manifest line: {line[:200]!r}")
+            p, k, m, s, r = fields
+            try:
+                out.append(_checked(p, k, int(m, 8), int(s), r, line[:200]))
+            except ValueError:
+                raise ManifestError(f"malformed manifest line: {line[:200]!r}") from None
+        out.sort(key=lambda e: e[0])
+        return out
     if isinstance(data, str):
         data = json.loads(data)
-    out = []
     for item in data:
         if not isinstance(item, (list, tuple)) or len(item) != 5:
             raise ManifestError(f"malformed manifest entry: {item!r}")
-        p, k, m, s, r = item
-        if k not in ("f", "d", "l") or os.path.isabs(p) or p.split("/")[0] == ".." or "/../" in f"/{p}/":
-            raise ManifestError(f"malformed manifest entry: {item!r}")
-        out.append((str(p), k, int(m), int(s), "" if r is None else str(r)))
+        out.append(_checked(*item, item))
     out.sort(key=lambda e: e[0])
     return out
 

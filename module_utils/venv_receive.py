@@ -394,7 +394,12 @@ def receive(stage: str, stdin=None, stdout=None) -> int:
         return 4
     unzip = None
     if compressed:
-        unzip = subprocess.Popen(["zstd", "-q", "-d", "-c"], stdin=src_fd, stdout=subprocess.PIPE)
+        try:
+            unzip = subprocess.Popen(["zstd", "-q", "-d", "-c"], stdin=src_fd, stdout=subprocess.PIPE)
+        except OSError as exc:
+            sys.stderr.write("venv_receive: the stream is zstd-compressed and zstd cannot run here (%s): install "
+                             "zstd on the target, or stream with zstd level 0\n" % exc)
+            return 5
         src_fd = unzip.stdout.fileno()
     old_umask = os.umask(0)
     ex = Extractor(stage)

@@ -109,7 +109,9 @@ def source_pipeline(conn: dict, path: str, full: bool, zstd_level="auto") -> str
             f"-{AUTO_ZSTD_LEVEL if level == 'auto' else level} -c; }}")
     if level != "auto":
         return zstd
-    return f'if [ "$(nproc)" -ge {AUTO_ZSTD_MIN_CPUS} ]; then {zstd}; else {plain}; fi'
+    # auto never fails for want of zstd on the source: without it the stream is plain tar
+    return (f'if [ "$(nproc)" -ge {AUTO_ZSTD_MIN_CPUS} ] && command -v zstd >/dev/null; then {zstd}; '
+            f'else {plain}; fi')
 
 
 def source_command(conn: dict, path: str, full: bool, zstd_level="auto") -> str:

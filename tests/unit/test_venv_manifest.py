@@ -1,4 +1,5 @@
 """module_utils.venv_manifest: the content manifest that decides whether a venv moves."""
+import hashlib
 import os
 
 import pytest
@@ -68,11 +69,27 @@ def test_diff_send_delete_same(tmp_path):
 
 def test_encode_decode_roundtrip_and_rejects_escapes(tmp_path):
     entries = vm.scan(str(make_tree(tmp_path / "v")))
-    assert vm.decode(vm.encode(entries)) == entries
+    text = vm.encode(entries)
+    assert isinstance(text, str) and vm.decode(text) == entries
+    assert hashlib.sha256(text.encode()).hexdigest() == vm.digest(entries)  # the text is what the digest hashes
+    assert vm.decode([list(e) for e in entries]) == entries  # a JSON list still works
     for bad in (["../etc/passwd", "f", 420, 1, "x"], ["/etc/passwd", "f", 420, 1, "x"], ["a", "c", 0, 0, ""],
-                ["a/../../x", "f", 420, 1, "x"], ["a", "f"]):
+                ["a/../../x", "f", 420, 1, "x"], ["a", "f"], ["", "f", 420, 1, "x"]):
         with pytest.raises(vm.ManifestError):
             vm.decode([bad])
+        if len(bad) == 5:  # the same entry as text
+            with pytest.raises(vm.ManifestError):
+                vm.decode(vm.canonical([bad]).decode())
+    for bad_text in ("a\tf\t644\t1\n", "a\tf\t9x9\t1\tr\n", "a\tf\t644\tbig\tr\n"):
+        with pytest.raises(vm.ManifestError, match="malformed manifest line"):
+            vm.decode(bad_text)
+
+
+def test_a_symlink_target_with_a_newline_is_refused(tmp_path):
+    root = make_tree(tmp_path / "v")
+    (root / "odd").symlink_to("x\ny")
+    with pytest.raises(vm.ManifestError, match="tab or newline"):
+        vm.scan(str(root))
 
 
 def test_describe_missing_and_not_a_venv(tmp_path):

@@ -36,7 +36,8 @@ def test_commands_quote_paths_and_pick_mode():
     listed = shlex.split(st.source_command(CONN, "/v", False, 0))[-1]
     assert "--null --no-recursion" in listed and "-T -" in listed and "zstd" not in listed
     auto = st.source_pipeline(CONN, "/v", True, "auto")
-    assert auto.startswith(f'if [ "$(nproc)" -ge {st.AUTO_ZSTD_MIN_CPUS} ]; then {{ printf \'venv-stream/1 z')
+    assert auto.startswith(f'if [ "$(nproc)" -ge {st.AUTO_ZSTD_MIN_CPUS} ] && command -v zstd >/dev/null; then '
+                           "{ printf 'venv-stream/1 z")
     assert "else { printf 'venv-stream/1 t\\n' && tar" in auto and "\n" not in auto  # one line in ps and logs
     tgt = shlex.split(st.target_command(CONN, "/opt/my stage"))
     assert tgt[:2] == ["python3", "-c"] and "def receive(" in tgt[2]
