@@ -8,7 +8,7 @@ short_description: Verify the staged venv against the expected content hash and 
 description:
   - Computes the full manifest of C(.<name>.stage); when I(expected_digest) is given it must match, else the
     module fails and the live venv stays as it was.
-  - Files the stream's receiver hashed while tar extracted them (C(.<name>.stage.hashes), 0600) are not read
+  - Files the stream's receiver hashed as it wrote them (C(.<name>.stage.hashes), 0600) are not read
     again as long as they keep the stat key they had when hashed; every other file is read and hashed here.
   - Swaps stage and live with renameat2(RENAME_EXCHANGE) (two renames where the filesystem refuses), then
     removes the previous venv.

@@ -186,8 +186,8 @@ def swap(live: str) -> str:
 
 def commit(live: str, expected_digest: str = "", check_mode: bool = False, cache_dir: str = "") -> dict:
     """Verify the stage (full manifest, every file read and hashed during this run; must equal expected_digest
-    when given) and swap it in. Files the stream's receiver read back and hashed right after tar wrote them, and
-    that still have the stat key they had then, are not read again; every other file is read here. With cache_dir
+    when given) and swap it in. Files the stream's receiver hashed as it wrote them, and that still have the stat
+    key they had once complete, are not read again; every other file is read here. With cache_dir
     the hashes are recorded for the live path (a rename keeps inodes and ctimes), so the next run's comparison does
     not read the venv again."""
     p = paths(live)

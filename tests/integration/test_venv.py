@@ -151,6 +151,26 @@ def test_killed_transfer_leaves_live_venv_intact(lab):
         ["big.bin"]
 
 
+def test_direct_host_to_host_stream_repairs_without_the_controller_relaying(lab, playbook):
+    """venv_stream_via=direct: the source ssh-es to the target itself (it holds a key the target accepts)."""
+    key = Path(lab.state()["ssh_key"]).read_text()
+    sh(lab, "ct200-lab", "install -d -m 700 /root/.ssh && install -m 600 /dev/stdin /root/.ssh/venv_direct_key <<'EOF'\n"
+       + key + "EOF")
+    six = f"{VENV}/lib/python3.11/site-packages/six.py"
+    sh(lab, "b300-lab", f"echo 'raise SystemExit(4)' >> {six}")
+    run = playbook(PLAYBOOK, limit="b300-lab", extravars={
+        **STREAM, "venv_stream_via": "direct",
+        "venv_stream_direct_ssh_args": "-i /root/.ssh/venv_direct_key -o StrictHostKeyChecking=no "
+                                       "-o UserKnownHostsFile=/dev/null -o BatchMode=yes"})
+    assert run.rc == 0, run.stdout[-5000:]
+    report = json.loads(run.result("Stream the differing files from the source into the stage (controller-side ssh "
+                                   "relay)", "b300-lab")["stdout"])
+    assert report["via"] == "direct" and report["files_written"] == 1, report
+    assert remote_summary(lab, "b300-lab")["digest"] == remote_summary(lab, "ct200-lab")["digest"]
+    assert sh(lab, "b300-lab", f"{VENV}/bin/python -c 'import six; print(six.lab_patched())'") == "('0001', '0002')"
+    sh(lab, "ct200-lab", "rm -f /root/.ssh/venv_direct_key")
+
+
 def test_check_mode_on_a_host_without_the_venv_changes_nothing(lab, playbook):
     run = playbook(PLAYBOOK, limit="b300-lab", check=True,
                    extravars={"venv_method": "build", "venv_path": "/opt/checkmode/venv",
