@@ -148,14 +148,16 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
                               f"root@{self.addr['b300-lab']}:{V}/")
 
     # ---------------------------------------------------------------- ours
-    def prepare(self, entries, cache=""):
+    def prepare(self, manifest: str, cache=""):
         return self.py("b300-lab", "import json, sys; from module_utils.venv_stage import prepare; "
-                       f"print(json.dumps(prepare({V!r}, [tuple(e) for e in json.load(sys.stdin)], "
-                       f"cache_dir={cache!r})))", entries)
+                       "from module_utils.venv_manifest import decode; "
+                       f"print(json.dumps(prepare({V!r}, decode(json.load(sys.stdin)), cache_dir={cache!r})))",
+                       manifest)
 
-    def source_manifest(self, cache=""):
-        return self.py("ct200-lab", "import json; from module_utils.venv_manifest import scan; "
-                       f"print(json.dumps(scan({V!r}, cache_dir={cache!r})))")
+    def source_manifest(self, cache="") -> str:
+        """The manifest as the venv_manifest module returns it to the play (its canonical text)."""
+        return self.py("ct200-lab", "import json; from module_utils.venv_manifest import encode, scan; "
+                       f"print(json.dumps(encode(scan({V!r}, cache_dir={cache!r}))))")
 
     def commit(self, digest, cache=""):
         return self.py("b300-lab", "import json; from module_utils.venv_stage import commit; "
@@ -165,7 +167,7 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
         return {"host": self.addr["b300-lab"], "user": "root", "key": KEY_ON_SRC, "common_args": SSH_OPTS}
 
     def engine(self, level="auto", cache=CACHE, via="controller") -> tuple[float, dict]:
-        from module_utils.venv_manifest import digest
+        from module_utils.venv_manifest import decode, digest
         parts = {}
         t0 = time.monotonic()
         entries = self.source_manifest(cache)
@@ -181,7 +183,7 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
             parts["transfer"] = time.monotonic() - t
             parts["zstd"] = rep.get("compressed")
             t = time.monotonic()
-            c = self.commit(digest([tuple(e) for e in entries]), cache)
+            c = self.commit(digest(decode(entries)), cache)
             parts["verify_swap"] = time.monotonic() - t
             parts["how"] = c["how"]
             parts["reread_at_commit"] = f"{c['hashed_at_commit_bytes'] / 1e6:.1f} MB"

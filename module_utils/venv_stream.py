@@ -118,8 +118,6 @@ def source_command(conn: dict, path: str, full: bool, zstd_level="auto") -> str:
     return "bash -o pipefail -c " + shlex.quote(source_pipeline(conn, path, full, zstd_level))
 
 
-
-
 def target_command(conn: dict, stage: str) -> str:
     """Remote shell command on the target: unpack the stream into the stage (which venv_stage made and owns),
     hashing every file as it is written (module_utils/venv_receive.py, sent inline: nothing is installed on the
@@ -180,11 +178,7 @@ def stream(src: dict, dst: dict, src_path: str, stage: str, files: list[str] | N
                               timeout=timeout or None)
         if proc.returncode != 0:
             raise RuntimeError(f"direct stream failed (rc={proc.returncode}): {proc.stderr.decode()[-2000:]}")
-        seconds = time.monotonic() - started
-        report = {"via": via, "bytes": None, "seconds": round(seconds, 3), **receiver_report(proc.stdout)}
-        size = report.get("tar_bytes")
-        report["mb_per_s"] = round(size / seconds / 1e6, 1) if size and seconds > 0 else None
-        return report
+        return _report(via, None, time.monotonic() - started, proc.stdout)
     # Without a bandwidth limit the two ssh processes share one pipe (as in `ssh src tar | ssh dst tar`): nothing on
     # the controller copies or even touches the bytes. With one, a splice relay paces them.
     paced = bwlimit > 0
@@ -238,9 +232,13 @@ def stream(src: dict, dst: dict, src_path: str, stage: str, files: list[str] | N
     out_d = out["out_d"]
     if rc_s != 0 or rc_d != 0:
         raise RuntimeError(f"stream failed: source rc={rc_s} {err_s.strip()!r}; target rc={rc_d} {err_d.strip()!r}")
-    seconds = time.monotonic() - started
-    report = {"via": via, "bytes": moved, "seconds": round(seconds, 3)}
-    report.update(receiver_report(out_d))
+    return _report(via, moved, time.monotonic() - started, out_d)
+
+
+def _report(via: str, moved: int | None, seconds: float, receiver_out: bytes) -> dict:
+    """The stream's report: bytes on the wire (only a paced relay counts them), the receiver's counts, throughput
+    (of the wire bytes when counted, else of the uncompressed archive)."""
+    report = {"via": via, "bytes": moved, "seconds": round(seconds, 3), **receiver_report(receiver_out)}
     size = moved if moved is not None else report.get("tar_bytes")
     report["mb_per_s"] = round(size / seconds / 1e6, 1) if size and seconds > 0 else None
     return report

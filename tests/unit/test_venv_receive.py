@@ -123,6 +123,26 @@ def test_partial_stream_replaces_linked_files_without_touching_the_live_inode(tm
     assert (live / "bin/tool").read_text().endswith("new\n")
 
 
+def test_tiny_ring_buffers_still_hash_every_byte_right(tmp_path, monkeypatch):
+    """Two 8 KiB buffers: headers, small files and a large file all straddle buffer switches, and the hasher is
+    always behind; every hash must still be that of the file's bytes."""
+    monkeypatch.setattr(vr, "BUF", 8192)
+    monkeypatch.setattr(vr, "SLOTS", 2)
+    src = make_tree(tmp_path / "src/venv")
+    sizes = [0, 1, 511, 512, 513, 4095, 8191, 8192, 8193, 20_000, 1 << 20]
+    for i, n in enumerate(sizes * 3):
+        (src / f"lib/f{i:03d}").write_bytes(os.urandom(n))
+    entries = vm.scan(str(src))
+    live = tmp_path / "dst/venv"
+    r = vs.prepare(str(live), entries)
+    rc, report = receive(r["stage"], source_stream(src, tmp_path))
+    assert rc == 0
+    got = vr.load(r["stage"])
+    want = {e[0]: e[4] for e in entries if e[1] == "f"}
+    assert {k: v[5] for k, v in got.items()} == want
+    assert vs.commit(str(live), vm.digest(entries))["hashed_at_commit_files"] == 0
+
+
 def test_pax_archives_hard_links_and_sub_second_times(tmp_path):
     def build(tf):
         add_entry(tf, "./", tarfile.DIRTYPE, mode=0o750)
