@@ -4,8 +4,9 @@ The controller sends this file's text as ``python3 -c CODE STAGE`` over ssh (it 
 target). stdin is the stream: a 16-byte frame line (FRAME_TAR or FRAME_ZSTD, written by the source's pipeline, see
 venv_stream.source_pipeline), then a GNU or POSIX (pax) tar archive, zstd-compressed after FRAME_ZSTD (``zstd -d``
 then decompresses it into this process). This process is the extractor: each member's bytes are read
-from the stream once into a ring of buffers, written to the stage from there and hashed (sha256) from there by a
-second thread (HashPipe), so verification costs no second read of the stage and no second process. Measured: on
+from the stream once into a ring of buffers, written to the stage from there and hashed (sha256) from there, by a
+second thread where there are CPUs for one (HashPipe), so verification costs no second read of the stage and no
+second process. Measured: on
 the 2-CPU lab (1 GiB, 25k files) ``tar -x`` plus reading every file back and hashing it cost 2.2-2.7 CPU-s more
 than a plain ``tar -x``; on a 16-CPU server (7.2 GB of torch + CUDA, 49k files) this receiver took 8.9 s against
 16.8 s for ``tar -x`` then hashing, and 6.5 s for a ``tar -x`` that verifies nothing (bench/device_venv_receive.py).
@@ -24,8 +25,9 @@ everything else itself, and compares the complete manifest with the source's dig
 never the last word: a lost, partial or missing HASHES file only means commit reads more.
 
 stdout: one JSON line, {"compressed", "tar_bytes", "members", "files", "file_bytes", "seconds"}. Exit status: 0; 3
-when the stage is missing; 4 when the stream has no frame line, is not a valid archive or ends early; 5 when a member cannot be written; zstd's own
-status when it failed. Every failure names the member and the reason on stderr, and writes no HASHES.
+when the stage is missing; 4 when the stream has no frame line, is not a valid archive or ends early; 5 when a
+member cannot be written (or zstd cannot run); zstd's own status when it failed. Every failure names the member
+and the reason on stderr, and writes no HASHES.
 """
 from __future__ import annotations
 
@@ -504,7 +506,7 @@ def receive(stage: str, stdin=None, stdout=None) -> int:
             ex.finish()
             reader.drain()
             ex.finish_dirs()
-        except StreamError as exc:
+        except (StreamError, ValueError, UnicodeDecodeError) as exc:  # ValueError: a pax number that is not one
             sys.stderr.write("venv_receive: %s\n" % exc)
             rc = 4
         except (WriteError, OSError) as exc:

@@ -53,6 +53,12 @@ def add_file(tf, name, data=b"x", mode=0o644, mtime=1_600_000_000):
     tf.addfile(info, io.BytesIO(data))
 
 
+def pax_info(name, headers):
+    info = tarfile.TarInfo(name)
+    info.pax_headers = headers
+    return info
+
+
 def add_entry(tf, name, kind, linkname="", mode=0o755):
     info = tarfile.TarInfo(name)
     info.type, info.linkname, info.mode = kind, linkname, mode
@@ -174,11 +180,13 @@ def test_pax_archives_hard_links_and_sub_second_times(tmp_path):
                                     add_file(tf, "out/escape")), "not a directory"),
     ("fifo", lambda tf: add_entry(tf, "fifo", tarfile.FIFOTYPE), "a venv cannot hold"),
     ("hardlink-out", lambda tf: add_entry(tf, "x", tarfile.LNKTYPE, linkname="../outside"), "'..' component"),
+    ("pax-size", lambda tf: tf.addfile(pax_info("p", {"size": "12x"})), "invalid literal"),
 ])
 def test_members_that_would_escape_or_cannot_be_in_a_venv_are_refused(tmp_path, name, build, why, capsys):
     stage = tmp_path / "stage"
     stage.mkdir()
-    rc, _ = receive(stage, framed_tar(tmp_path / f"{name}.bin", build))
+    fmt = tarfile.PAX_FORMAT if name.startswith("pax") else tarfile.GNU_FORMAT
+    rc, _ = receive(stage, framed_tar(tmp_path / f"{name}.bin", build, fmt=fmt))
     assert rc in (4, 5)
     assert why in capsys.readouterr().err
     assert not os.path.exists("/tmp/escape") or name != "through-symlink"
