@@ -13,7 +13,7 @@ description:
   - Removes a stale stage left by an interrupted run first. The live path is never written.
 options:
   path: {description: Absolute live venv path., type: path, required: true}
-  source_manifest: {description: "The source's manifest: the text venv_manifest returns with return_entries (or a list of [path, kind, mode, size, ref])", type: raw, required: true}
+  source_manifest: {description: "The source's manifest: the text venv_manifest returns with return_entries.", type: str, required: true}
   cache_dir: {description: "Root-only hash cache directory: files whose size, mtime, ctime, inode and device are unchanged since they were last hashed are not read again. Empty = hash every file (full verify).", type: path, default: ""}
 author: [sglang-deploy]
 """
@@ -50,7 +50,7 @@ def main():
         argument_spec=dict(
             cache_dir=dict(type="path", default=""),
             path=dict(type="path", required=True),
-            source_manifest=dict(type="raw", required=True),
+            source_manifest=dict(type="str", required=True),
         ),
         supports_check_mode=True,
     )

@@ -249,33 +249,23 @@ def encode(entries) -> str:
     return canonical(sorted(entries, key=lambda e: e[0])).decode()
 
 
-def _checked(p, k, m, s, r, item) -> tuple[str, str, int, int, str]:
-    if k not in ("f", "d", "l") or not p or os.path.isabs(p) or "/../" in f"/{p}/" or "\0" in p:
-        raise ManifestError(f"malformed manifest entry: {item!r}")
-    return (str(p), k, int(m), int(s), "" if r is None else str(r))
-
-
-def decode(data) -> list[tuple[str, str, int, int, str]]:
-    """encode()'s text (or a JSON list of [path, kind, mode, size, ref]) -> sorted entries; ManifestError if bad."""
+def decode(text: str) -> list[tuple[str, str, int, int, str]]:
+    """encode()'s text -> sorted entries; ManifestError on a malformed line or a path that would escape the root."""
+    if not isinstance(text, str):
+        raise ManifestError(f"a manifest is venv_manifest's text, got {type(text).__name__}")
     out = []
-    if isinstance(data, str) and not data.lstrip().startswith("["):
-        for line in data.splitlines():
-            fields = line.split("\t")
-            if len(fields) != 5:
-                raise ManifestError(f"malformed manifest line: {line[:200]!r}")
-            p, k, m, s, r = fields
-            try:
-                out.append(_checked(p, k, int(m, 8), int(s), r, line[:200]))
-            except ValueError:
-                raise ManifestError(f"malformed manifest line: {line[:200]!r}") from None
-        out.sort(key=lambda e: e[0])
-        return out
-    if isinstance(data, str):
-        data = json.loads(data)
-    for item in data:
-        if not isinstance(item, (list, tuple)) or len(item) != 5:
-            raise ManifestError(f"malformed manifest entry: {item!r}")
-        out.append(_checked(*item, item))
+    for line in text.splitlines():
+        fields = line.split("\t")
+        bad = ManifestError(f"malformed manifest line: {line[:200]!r}")
+        if len(fields) != 5:
+            raise bad
+        p, k, m, s, r = fields
+        if k not in ("f", "d", "l") or not p or os.path.isabs(p) or "/../" in f"/{p}/" or "\0" in p:
+            raise bad
+        try:
+            out.append((p, k, int(m, 8), int(s), r))
+        except ValueError:
+            raise bad from None
     out.sort(key=lambda e: e[0])
     return out
 

@@ -3,7 +3,7 @@
 Layout next to the live venv L = <parent>/<name>:
     <parent>/.<name>.stage   the new venv being assembled (a transfer or a build writes only here)
     <parent>/.<name>.old     the previous venv for the instant between two renames (fallback swap only)
-    <parent>/.<name>.stage.hashes   what the stream's receiver hashed while tar was extracting (venv_receive.py)
+    <parent>/.<name>.stage.hashes   what the stream's receiver hashed as it wrote each file (venv_receive.py)
 
 The live path only ever changes by rename: renameat2(RENAME_EXCHANGE) swaps stage and live in one step
 (Linux >= 3.15, glibc >= 2.28); where the filesystem refuses it, two renames with a recovery rule (live

@@ -72,17 +72,15 @@ def test_encode_decode_roundtrip_and_rejects_escapes(tmp_path):
     text = vm.encode(entries)
     assert isinstance(text, str) and vm.decode(text) == entries
     assert hashlib.sha256(text.encode()).hexdigest() == vm.digest(entries)  # the text is what the digest hashes
-    assert vm.decode([list(e) for e in entries]) == entries  # a JSON list still works
     for bad in (["../etc/passwd", "f", 420, 1, "x"], ["/etc/passwd", "f", 420, 1, "x"], ["a", "c", 0, 0, ""],
-                ["a/../../x", "f", 420, 1, "x"], ["a", "f"], ["", "f", 420, 1, "x"]):
-        with pytest.raises(vm.ManifestError):
-            vm.decode([bad])
-        if len(bad) == 5:  # the same entry as text
-            with pytest.raises(vm.ManifestError):
-                vm.decode(vm.canonical([bad]).decode())
-    for bad_text in ("a\tf\t644\t1\n", "a\tf\t9x9\t1\tr\n", "a\tf\t644\tbig\tr\n"):
+                ["a/../../x", "f", 420, 1, "x"], ["", "f", 420, 1, "x"]):
+        with pytest.raises(vm.ManifestError, match="malformed manifest line"):
+            vm.decode(vm.canonical([bad]).decode())
+    for bad_text in ("a\tf\n", "a\tf\t644\t1\n", "a\tf\t9x9\t1\tr\n", "a\tf\t644\tbig\tr\n"):
         with pytest.raises(vm.ManifestError, match="malformed manifest line"):
             vm.decode(bad_text)
+    with pytest.raises(vm.ManifestError, match="venv_manifest's text"):
+        vm.decode([list(e) for e in entries])
 
 
 def test_a_symlink_target_with_a_newline_is_refused(tmp_path):

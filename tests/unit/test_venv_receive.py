@@ -38,6 +38,16 @@ def receive(stage, stream_path):
     return rc, (json.loads(out.getvalue()) if out.getvalue() else None)
 
 
+def stream_into_new_stage(tmp_path, src, level=0):
+    """Scan src, prepare the stage of a venv at tmp_path/dst/venv, stream the whole of src into it.
+    -> (entries, live, stage, rc, report)."""
+    entries = vm.scan(str(src))
+    live = tmp_path / "dst/venv"
+    stage = vs.prepare(str(live), entries)["stage"]
+    rc, report = receive(stage, source_stream(src, tmp_path, level))
+    return entries, live, stage, rc, report
+
+
 def framed_tar(path, build, fmt=tarfile.GNU_FORMAT, frame=vr.FRAME_TAR):
     """A hand-made archive (tarfile), framed like a plain stream: for members the source's tar would not send."""
     buf = io.BytesIO()
@@ -81,21 +91,17 @@ def test_receive_hashes_every_file_and_commit_reads_none_again(tmp_path, level):
     (src / "lib/link-to-long").symlink_to("d" * 90 + "/" + "e" * 90 + "/" + "f" * 120 + ".py")
     os.chmod(src / "bin", 0o555)  # a read-only directory: its mode is set after its contents are written
     os.utime(src / "lib/big.so", ns=(1_500_000_000_123_456_789, 1_500_000_000_123_456_789))
-    entries = vm.scan(str(src))
-    live = tmp_path / "dst/venv"
-    r = vs.prepare(str(live), entries)
-    hashes = vr.hashes_path(r["stage"])
-    assert hashes == vs.paths(str(live))["hashes"]  # one rule: where the receiver writes is where commit looks
-    rc, report = receive(r["stage"], source_stream(src, tmp_path, level))
+    entries, live, stage, rc, report = stream_into_new_stage(tmp_path, src, level)
     assert rc == 0
+    hashes = vr.hashes_path(stage)
+    assert hashes == vs.paths(str(live))["hashes"]  # one rule: where the receiver writes is where commit looks
     files = {e[0]: e for e in entries if e[1] == "f"}
     assert report["compressed"] is bool(level) and report["files"] == len(files)
     assert report["file_bytes"] == sum(e[3] for e in files.values())
-    got = vr.load(r["stage"])
+    got = vr.load(stage)
     assert set(got) == set(files)
     assert got["lib/big.so"][5] == hashlib.sha256(big).hexdigest()
     assert os.stat(hashes).st_mode & 0o777 == 0o600
-    stage = r["stage"]
     assert os.stat(os.path.join(stage, "bin")).st_mode & 0o777 == 0o555
     assert os.stat(os.path.join(stage, "lib/big.so")).st_mtime_ns // 10**9 == 1_500_000_000  # GNU: whole seconds
     res = vs.commit(str(live), vm.digest(entries))
@@ -107,10 +113,8 @@ def test_receive_hashes_every_file_and_commit_reads_none_again(tmp_path, level):
 
 def test_partial_stream_replaces_linked_files_without_touching_the_live_inode(tmp_path):
     src = make_tree(tmp_path / "src/venv")
-    entries = vm.scan(str(src))
-    live = tmp_path / "dst/venv"
-    r = vs.prepare(str(live), entries)
-    assert receive(r["stage"], source_stream(src, tmp_path))[0] == 0
+    entries, live, _, rc, _ = stream_into_new_stage(tmp_path, src)
+    assert rc == 0
     vs.commit(str(live), vm.digest(entries))
     tool = live / "bin/tool"
     before = tool.read_bytes()
@@ -140,12 +144,9 @@ def test_tiny_ring_buffers_still_hash_every_byte_right(tmp_path, monkeypatch, th
     sizes = [0, 1, 511, 512, 513, 4095, 8191, 8192, 8193, 20_000, 1 << 20]
     for i, n in enumerate(sizes * 3):
         (src / f"lib/f{i:03d}").write_bytes(os.urandom(n))
-    entries = vm.scan(str(src))
-    live = tmp_path / "dst/venv"
-    r = vs.prepare(str(live), entries)
-    rc, report = receive(r["stage"], source_stream(src, tmp_path))
+    entries, live, stage, rc, _ = stream_into_new_stage(tmp_path, src)
     assert rc == 0
-    got = vr.load(r["stage"])
+    got = vr.load(stage)
     want = {e[0]: e[4] for e in entries if e[1] == "f"}
     assert {k: v[5] for k, v in got.items()} == want
     assert vs.commit(str(live), vm.digest(entries))["hashed_at_commit_files"] == 0
@@ -232,11 +233,9 @@ def test_corrupt_zstd_stream_fails(tmp_path, capsys):
 
 def test_a_file_changed_after_it_was_hashed_is_read_again_and_caught(tmp_path):
     src = make_tree(tmp_path / "src/venv")
-    entries = vm.scan(str(src))
-    live = tmp_path / "dst/venv"
-    r = vs.prepare(str(live), entries)
-    assert receive(r["stage"], source_stream(src, tmp_path))[0] == 0
-    victim = os.path.join(r["stage"], "bin/tool")
+    entries, live, stage, rc, _ = stream_into_new_stage(tmp_path, src)
+    assert rc == 0
+    victim = os.path.join(stage, "bin/tool")
     data = open(victim, "rb").read()
     with open(victim, "r+b") as fh:  # same size, other bytes: only the (changed) ctime can tell
         fh.write(b"X" + data[1:])
