@@ -1,87 +1,42 @@
 """Filters for the SGLang service: the ONE place that turns the structured server config into argv.
 
-The unit template (ExecStart), the static validation rules (module_utils/sglang_rules.py) and the
-target-side preflight (library/sglang_preflight.py gets the argv this produces) all go through here.
+The unit template (ExecStart), the static validation rules (module_utils/sglang_rules.py) and the target-side
+preflight (library/sglang_preflight.py gets the argv this produces) all go through here. It knows no SGLang flag by
+name: every flag, its kind (value or bare switch), its choices and its type come from the flag schema of the SGLang
+version the host runs (schemas/sglang/<version>.json, extracted from the real parser; or the schema the venv role
+extracted from the host's own venv), read by module_utils/sglang_schema.py.
 
-    sglang_argv(server, speculative, extra_args)  -> ["--model-path", "/srv/models/X", "--port", "30001", ...]
+    sglang_argv(server, speculative, extra_args, schema) -> ["--model-path", "/srv/models/X", "--port", "30001", ...]
+    sglang_flag_problems(server, speculative, extra_args, schema) -> [{"flag", "version", "problem", ...}, ...]
     sglang_exec_args(argv)                         -> one string, quoted for a systemd ExecStart= line
     sglang_environment(env)                        -> ['"KEY=value"', ...] for Environment= lines (sorted)
     sglang_validate(server, speculative, context)  -> [] or [{"rule", "reason", "source", "detail"}, ...]
     sglang_probe_url(server)                       -> http://127.0.0.1:PORT (or the bind address)
     sglang_model_id(server)                        -> the id /v1/models must list
+
+Structured keys name flags, not argparse dests (which differ between versions: 0.5.11's dest for --tp-size is
+tensor_parallel_size): a server key `tp_size` is the flag `--tp-size`; a speculative key `k` is `--speculative-<k>`,
+or else the algorithm family's `--speculative-<family>-<k>` (DFLASH: dflash; DDTREE: ddtree, then dflash; EAGLE,
+EAGLE3, NEXTN: eagle; NGRAM: ngram), whichever the version's schema has first. So `draft_window_size` renders as
+0.5.11's --speculative-dflash-draft-window-size and as 0.5.23's --speculative-draft-window-size, and a key that maps
+to no flag of the version is refused, naming the flag, the version and the replacement when the schemas have one.
+`schema` is a version with a committed schema ("0.5.23"), a schema dict, or "b64:" + base64 of a schema file (what
+slurp returns for the host's extracted schema: no Jinja ever parses its text).
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
 
-# structured key -> (flag, kind). kind: "value" (emitted with its value unless None/""), "bool" (flag alone when
-# true). Order is the argv order; it reproduces the hand deployment's command line for the nvlink profile.
-SERVER_FLAGS = (
-    ("model_path", "--model-path", "value"),
-    ("tokenizer_path", "--tokenizer-path", "value"),
-    ("served_model_name", "--served-model-name", "value"),
-    ("port", "--port", "value"),
-    ("host", "--host", "value"),
-    ("tp_size", "--tp-size", "value"),
-    ("pp_size", "--pp-size", "value"),
-    ("dp_size", "--dp-size", "value"),
-    ("ep_size", "--ep-size", "value"),
-    ("nnodes", "--nnodes", "value"),
-    ("node_rank", "--node-rank", "value"),
-    ("dist_init_addr", "--dist-init-addr", "value"),
-    ("mem_fraction_static", "--mem-fraction-static", "value"),
-    ("context_length", "--context-length", "value"),
-    ("max_running_requests", "--max-running-requests", "value"),
-    ("max_total_tokens", "--max-total-tokens", "value"),
-    ("chunked_prefill_size", "--chunked-prefill-size", "value"),
-    ("page_size", "--page-size", "value"),
-    ("num_continuous_decode_steps", "--num-continuous-decode-steps", "value"),
-    ("disable_cuda_graph", "--disable-cuda-graph", "bool"),
-    ("cuda_graph_max_bs", "--cuda-graph-max-bs", "value"),
-    ("attention_backend", "--attention-backend", "value"),
-    ("trust_remote_code", "--trust-remote-code", "bool"),
-    ("grammar_backend", "--grammar-backend", "value"),
-    ("dtype", "--dtype", "value"),
-    ("quantization", "--quantization", "value"),
-    ("kv_cache_dtype", "--kv-cache-dtype", "value"),
-    ("moe_a2a_backend", "--moe-a2a-backend", "value"),
-    ("enable_dp_attention", "--enable-dp-attention", "bool"),
-    ("enable_metrics", "--enable-metrics", "bool"),
-    ("random_seed", "--random-seed", "value"),
-    ("watchdog_timeout", "--watchdog-timeout", "value"),
-    ("log_level", "--log-level", "value"),
-)
-SERVER_KEYS = frozenset(k for k, _f, _t in SERVER_FLAGS)
-
-# Speculative decoding: structured key -> flag, per algorithm. DDTREE uses the patched 0.5.11 build's flags
-# (FACTS: the hand deployment); DFLASH and EAGLE3 use upstream 0.5.23's.
-SPEC_FLAGS = {
-    "NONE": (),
-    "EAGLE3": (
-        ("draft_model_path", "--speculative-draft-model-path", "value"),
-        ("num_steps", "--speculative-num-steps", "value"),
-        ("eagle_topk", "--speculative-eagle-topk", "value"),
-        ("num_draft_tokens", "--speculative-num-draft-tokens", "value"),
-    ),
-    "DFLASH": (
-        ("draft_model_path", "--speculative-draft-model-path", "value"),
-        ("block_size", "--speculative-dflash-block-size", "value"),
-        ("draft_window_size", "--speculative-draft-window-size", "value"),
-    ),
-    "DDTREE": (
-        ("draft_model_path", "--speculative-draft-model-path", "value"),
-        ("block_size", "--speculative-dflash-block-size", "value"),
-        ("draft_window_size", "--speculative-dflash-draft-window-size", "value"),
-        ("budget", "--speculative-ddtree-budget", "value"),
-        ("topk_cap", "--speculative-ddtree-topk-cap", "value"),
-        ("debug_metrics", "--speculative-ddtree-debug-metrics", "bool"),
-    ),
-}
-SPEC_FLAGS["EAGLE"] = SPEC_FLAGS["EAGLE3"]
-SPEC_KEYS = frozenset({"algorithm"} | {k for flags in SPEC_FLAGS.values() for k, _f, _t in flags})
+MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+# Speculative keys are looked up as --speculative-<key>, then under the algorithm family's infix.
+SPEC_FAMILIES = {"DFLASH": ("dflash",), "DDTREE": ("ddtree", "dflash"), "EAGLE": ("eagle",), "EAGLE3": ("eagle",),
+                 "NEXTN": ("eagle",), "STANDALONE": ("eagle",), "NGRAM": ("ngram",)}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -89,49 +44,141 @@ class SGLangConfigError(ValueError):
     """The structured config cannot be turned into argv (the validation rules explain why first)."""
 
 
+def _load_by_path(name: str, filename: str):
+    """A module_utils file, loaded by path: filters run on the controller, outside ansible.module_utils."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, MODULE_UTILS / filename)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _schemas():
+    return _load_by_path("sglang_service_schema", "sglang_schema.py")
+
+
+_CACHE: dict = {}
+
+
+def flag_schema(schema):
+    """A FlagSchema from a version string, a schema dict, "b64:<base64 of the JSON file>" or a FlagSchema."""
+    mod = _schemas()
+    if isinstance(schema, mod.FlagSchema):
+        return schema
+    if schema is None or schema == "":
+        raise SGLangConfigError("no SGLang flag schema given: the argv depends on the installed version "
+                                f"(committed schemas: {', '.join(mod.available())})")
+    if isinstance(schema, dict):
+        key = "dict:" + hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
+        if key not in _CACHE:
+            _CACHE[key] = mod.from_dict(schema)
+        return _CACHE[key]
+    text = str(schema)
+    if text not in _CACHE:
+        try:
+            if text.startswith("b64:"):
+                _CACHE[text] = mod.from_dict(json.loads(base64.b64decode(text[4:])))
+            else:
+                _CACHE[text] = mod.load(text)
+        except (mod.SchemaError, ValueError) as exc:
+            raise SGLangConfigError(str(exc)) from exc
+    return _CACHE[text]
+
+
+def other_schemas(schema) -> list:
+    """The committed schemas of the other versions: how another version's spelling is recognised and replaced."""
+    mod = _schemas()
+    return [flag_schema(v) for v in mod.available() if v != schema.version]
+
+
 def _fmt(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(value)
     return str(value)
 
 
-def _emit(table, config: dict) -> list[str]:
-    argv: list[str] = []
-    for key, flag, kind in table:
-        value = config.get(key)
-        if kind == "bool":
-            if value is True or (isinstance(value, str) and value.lower() in ("true", "yes", "1")):
-                argv.append(flag)
-        elif value is not None and value != "":
-            argv += [flag, _fmt(value)]
-    return argv
+def _truthy(value) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() in ("true", "yes", "1"))
 
 
 def algorithm(speculative) -> str:
     return str((speculative or {}).get("algorithm") or "NONE").upper()
 
 
-def sglang_argv(server: dict, speculative: dict | None = None, extra_args: dict | None = None) -> list[str]:
-    """argv after `python -m <launch module>` (never contains the API key: the launcher adds it from the env)."""
+def _spec_flag(schema, algo: str, key: str) -> str:
+    """The flag a speculative key names in this version (the first candidate the schema has), else the first
+    candidate (which the problems then report as unknown)."""
+    key = key[len("speculative_"):] if key.startswith("speculative_") else key
+    name = key.replace("_", "-")
+    candidates = [f"--speculative-{name}"] + [f"--speculative-{fam}-{name}" for fam in SPEC_FAMILIES.get(algo, ())]
+    for flag in candidates:
+        if schema.lookup(flag):
+            return flag
+    others = [f for f in candidates if any(o.lookup(f) for o in other_schemas(schema))]
+    return (others or candidates[1:2] or candidates)[0]  # no schema has it: name the algorithm family's spelling
+
+
+def _words_for(schema, flag: str, value) -> list[str]:
+    """argv words for one flag and its structured value: a bare switch when the flag takes none."""
+    hit = schema.lookup(flag)
+    option = hit[1] if hit else {}
+    if option.get("nargs") == 0 or (not option and isinstance(value, bool)):
+        if option.get("action") == "BooleanOptionalAction" and value is False:
+            return ["--no-" + flag[2:]]
+        return [flag] if _truthy(value) else []
+    if value is None or value == "":
+        return []
+    if isinstance(value, (list, tuple)):
+        return [flag] + [_fmt(v) for v in value] if value else []
+    return [flag, _fmt(value)]
+
+
+def _order(schema, flag: str) -> int:
+    hit = schema.lookup(flag)
+    return hit[1].get("order", 10 ** 6) if hit else 10 ** 6
+
+
+def render(server: dict, speculative: dict | None, extra_args: dict | None, schema) -> list[str]:
+    """argv after `python -m <launch module>`, in the parser's own order (never contains the API key: the
+    launcher adds it from the env). Keys the version lacks are rendered anyway: flag_problems() reports them."""
     if not isinstance(server, dict):
         raise SGLangConfigError(f"server config must be a mapping, got {type(server).__name__}")
     if server.get("api_key"):
         raise SGLangConfigError("api_key does not belong in the server config (it comes from vault via the env file)")
-    argv = _emit(SERVER_FLAGS, server)
+    schema = flag_schema(schema)
+    pairs = [("--" + key.replace("_", "-"), value) for key, value in server.items()]
     algo = algorithm(speculative)
-    if algo not in SPEC_FLAGS:
-        raise SGLangConfigError(f"unknown speculative algorithm {algo!r}; known: {', '.join(sorted(SPEC_FLAGS))}")
     if algo != "NONE":
-        argv += ["--speculative-algorithm", algo] + _emit(SPEC_FLAGS[algo], speculative or {})
+        pairs.append(("--speculative-algorithm", algo))
+        pairs += [(_spec_flag(schema, algo, key), value) for key, value in (speculative or {}).items()
+                  if key != "algorithm"]
+    argv: list[str] = []
+    for flag, value in sorted(pairs, key=lambda fv: _order(schema, fv[0])):
+        argv += _words_for(schema, flag, value)
     for flag, value in (extra_args or {}).items():
         flag = flag if flag.startswith("--") else "--" + flag.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif value not in (None, False, ""):
-            argv += [flag, _fmt(value)]
+        argv += _words_for(schema, flag, value) if schema.lookup(flag) else (
+            [flag] if value is True else [flag, _fmt(value)] if value not in (None, False, "") else [])
     return argv
+
+
+def flag_problems(server: dict, speculative: dict | None = None, extra_args: dict | None = None,
+                  schema=None) -> list[dict]:
+    """What the version's parser would refuse or warn about in the rendered argv (module_utils/sglang_schema)."""
+    schema = flag_schema(schema)
+    argv = render(server, speculative, extra_args, schema)
+    return _schemas().check_argv(schema, argv, other_schemas(schema))
+
+
+def sglang_argv(server: dict, speculative: dict | None = None, extra_args: dict | None = None,
+                schema=None) -> list[str]:
+    """The argv, refused (SGLangConfigError) when the version's schema refuses any of it."""
+    schema = flag_schema(schema)
+    fatal = [p for p in flag_problems(server, speculative, extra_args, schema) if p["problem"] != "deprecated"]
+    if fatal:
+        raise SGLangConfigError("; ".join(p["detail"] for p in fatal))
+    return render(server, speculative, extra_args, schema)
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
@@ -173,32 +220,25 @@ def sglang_model_id(server: dict) -> str:
     return str(server.get("served_model_name") or server.get("model_path") or "")
 
 
-def _rules_module():
-    """module_utils/sglang_rules.py, loaded by path: filters run on the controller, outside ansible.module_utils."""
-    name = "sglang_service_rules"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "module_utils" / "sglang_rules.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def sglang_validate(server: dict, speculative: dict | None = None, context: dict | None = None) -> list[dict]:
-    """Every static rule the config breaks, as data: [{"rule", "reason", "source", "detail"}]."""
+    """Every static rule the config breaks, as data: [{"rule", "reason", "source", "detail"}]. context["schema"] names
+    the version's flag schema (see flag_schema); the flag problems it finds are rules too."""
     ctx = dict(context or {})
     ctx["server"] = dict(server or {})
     ctx["speculative"] = dict(speculative or {})
-    ctx["unknown_server_keys"] = sorted(set(ctx["server"]) - SERVER_KEYS)
-    ctx["unknown_speculative_keys"] = sorted(set(ctx["speculative"]) - SPEC_KEYS)
-    ctx["known_algorithms"] = sorted(SPEC_FLAGS)
     try:
-        ctx["argv"] = sglang_argv(server, speculative, ctx.get("extra_args"))
+        schema = flag_schema(ctx.get("schema"))
+        ctx["sglang_version"] = schema.version
+        ctx["argv"] = render(server, speculative, ctx.get("extra_args"), schema)
+        ctx["flag_problems"] = _schemas().check_argv(schema, ctx["argv"], other_schemas(schema))
+        option = schema.lookup("--speculative-algorithm")
+        ctx["known_algorithms"] = (["NONE"] + list(option[1]["choices"])) if option and option[1].get("choices") \
+            else None
     except SGLangConfigError as exc:
         ctx["argv"] = None
         ctx["argv_error"] = str(exc)
-    return _rules_module().evaluate(ctx)
+        ctx["flag_problems"] = []
+    return _load_by_path("sglang_service_rules", "sglang_rules.py").evaluate(ctx)
 
 
 def sglang_violations_text(violations: list) -> str:
@@ -209,6 +249,7 @@ class FilterModule:
     def filters(self):
         return {
             "sglang_argv": sglang_argv,
+            "sglang_flag_problems": flag_problems,
             "sglang_exec_args": sglang_exec_args,
             "sglang_environment": sglang_environment,
             "sglang_validate": sglang_validate,

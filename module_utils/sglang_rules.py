@@ -5,9 +5,10 @@ profile fails with every broken rule listed at once. `check(ctx)` returns None w
 detail string naming the offending values. Rules marked `overridable` are known crashes (not impossibilities):
 listing their id in `sglang_service_validation_overrides` accepts the risk explicitly.
 
-ctx keys: server, speculative (dicts), argv (list or None) / argv_error, unknown_server_keys,
-unknown_speculative_keys, known_algorithms, group_names, host_group, gpu_cc, gpu_count, api_key_set,
-model_uses_mla, env (dict), overrides (list of rule ids).
+ctx keys: server, speculative (dicts), argv (list or None) / argv_error, sglang_version, flag_problems (what the
+version's flag schema refuses in argv: module_utils/sglang_schema.check_argv), group_names, host_group, gpu_cc,
+gpu_count, api_key_set, model_uses_mla, env (dict), overrides (list of rule ids). No rule names a flag's spelling or
+its choices: those come from the schema of the version the host runs.
 """
 from __future__ import annotations
 
@@ -65,17 +66,9 @@ def c_argv(ctx):
     return ctx.get("argv_error") if ctx.get("argv") is None else None
 
 
-def c_unknown_server_keys(ctx):
-    return f"unknown keys {ctx['unknown_server_keys']}" if ctx["unknown_server_keys"] else None
-
-
-def c_unknown_spec_keys(ctx):
-    return f"unknown keys {ctx['unknown_speculative_keys']}" if ctx["unknown_speculative_keys"] else None
-
-
-def c_algorithm(ctx):
-    algo = _algo(ctx)
-    return None if algo in ctx.get("known_algorithms", ()) else f"algorithm {algo!r}"
+def c_flags_in_schema(ctx):
+    bad = [p for p in ctx.get("flag_problems") or () if p.get("problem") != "deprecated"]
+    return "; ".join(p["detail"] for p in bad) or None
 
 
 def c_model_path(ctx):
@@ -176,8 +169,10 @@ def c_draft_window(ctx):
         return None
     spec = ctx["speculative"]
     block, window = _int(spec.get("block_size")), _int(spec.get("draft_window_size"))
+    # Both are optional (SGLang reads the block size from the drafter's config, the window defaults to none);
+    # given together, the window must hold a block (0.5.11's own check, which the preflight runs too).
     if block is None or window is None:
-        return f"block_size={spec.get('block_size')!r} draft_window_size={spec.get('draft_window_size')!r}"
+        return None
     return None if window >= block else f"draft_window_size={window} < block_size={block}"
 
 
@@ -228,11 +223,6 @@ def c_nccl_pcie_on_nvlink(ctx):
     return f"nvlink host sets {found}" if found else None
 
 
-def c_grammar_backend(ctx):
-    value = ctx["server"].get("grammar_backend")
-    return None if value in (None, "", "xgrammar", "outlines", "llguidance", "none") else f"grammar_backend={value!r}"
-
-
 def c_overrides_known(ctx):
     unknown = sorted(set(ctx.get("overrides") or []) - OVERRIDABLE)
     return f"cannot override {unknown}; overridable rules: {sorted(OVERRIDABLE)}" if unknown else None
@@ -243,12 +233,8 @@ RULES = (
     ("host_group", "a host must be in exactly one of the nvlink and pcie groups (the profile decides the unit)",
      "issue 4; inventory groups", c_host_group, False),
     ("argv_buildable", "the structured config must map to SGLang flags", "filter_plugins/sglang.py", c_argv, False),
-    ("server_keys_known", "every server key must map to a flag (typos would be dropped silently)",
-     "filter_plugins/sglang.py SERVER_FLAGS", c_unknown_server_keys, False),
-    ("speculative_keys_known", "every speculative key must map to a flag",
-     "filter_plugins/sglang.py SPEC_FLAGS", c_unknown_spec_keys, False),
-    ("speculative_algorithm", "speculative algorithm must be NONE, EAGLE, EAGLE3, DFLASH or DDTREE",
-     "issue 4", c_algorithm, False),
+    ("flags_in_schema", "every flag must exist, with a valid value, in the SGLang version the host runs",
+     "schemas/sglang/<version>.json (the real parser)", c_flags_in_schema, False),
     ("model_path_absolute", "model_path must be an absolute path on the host", "role defaults", c_model_path, False),
     ("port_range", "port must be an integer in 1..65535", "TCP", c_port, False),
     ("mem_fraction_range", "mem_fraction_static must be in (0, 1)", f"{FACTS}; SGLang ServerArgs",
@@ -264,7 +250,8 @@ RULES = (
     ("ddtree_topk_cap", "DDTREE topk_cap must be between 1 and budget", "issue 4", c_ddtree_topk_cap, False),
     ("draft_model_path", "speculative decoding needs an absolute draft_model_path", f"{FACTS} DFLASH",
      c_draft_model, False),
-    ("draft_window", "draft_window_size must be >= block_size", f"{FACTS} DFLASH", c_draft_window, False),
+    ("draft_window", "draft_window_size must be >= block_size when both are set", "SGLang 0.5.11 server_args.py",
+     c_draft_window, False),
     ("dflash_pp1", "DFLASH/DDTREE need pp_size 1", f"{FACTS} DFLASH", c_dflash_pp, False),
     ("eagle_params", "EAGLE needs num_steps, eagle_topk and num_draft_tokens", "SGLang docs", c_eagle_params, False),
     ("tree_verify_paged", "tree verify (topk > 1) with page_size > 1 only on flashinfer, fa3 or triton", FACTS,
@@ -275,8 +262,6 @@ RULES = (
      f"{FACTS} results on B300", c_mla_max_running, True),
     ("no_pcie_nccl_on_nvlink", "PCIe NCCL tuning must not be applied on NVLink hosts", f"{FACTS} hand deployment",
      c_nccl_pcie_on_nvlink, False),
-    ("grammar_backend", "grammar_backend must be xgrammar, outlines, llguidance or none", "SGLang ServerArgs",
-     c_grammar_backend, False),
     ("overrides_known", "only known-crash rules can be overridden", "sglang_service_validation_overrides",
      c_overrides_known, False),
 )
@@ -288,8 +273,7 @@ def evaluate(ctx: dict) -> list[dict]:
     ctx = dict(ctx)
     ctx.setdefault("server", {})
     ctx.setdefault("speculative", {})
-    ctx.setdefault("unknown_server_keys", [])
-    ctx.setdefault("unknown_speculative_keys", [])
+    ctx.setdefault("flag_problems", [])
     ctx.setdefault("argv", [])
     overrides = set(ctx.get("overrides") or [])
     out = []

@@ -9,3 +9,26 @@ if str(ROOT) not in sys.path:
 # The controller venv's tools (ansible-playbook, molecule) come first, whoever started pytest.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def standin_ddtree_root(tmp_path_factory):
+    """PYTHONPATH root of the stand-in with the lab patch series applied: the DDTree-patched build a lab venv has."""
+    sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))
+    from sglang_standin.local import patched_root
+    return patched_root(tmp_path_factory.mktemp("standin-ddtree"))
+
+
+@pytest.fixture(scope="session")
+def ddtree_schema(standin_ddtree_root):
+    """The flag schema extracted from that build, as the venv role extracts it on a lab host (a dict)."""
+    out = subprocess.run([sys.executable, str(ROOT / "module_utils" / "sglang_schema_extract.py"),
+                          "--module", "sglang_standin.server_args"], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(standin_ddtree_root)}, timeout=120)
+    return json.loads(out.stdout)

@@ -14,8 +14,18 @@ SERVER = {
 }
 SPEC = {"algorithm": "DDTREE", "draft_model_path": "/srv/models/drafter", "block_size": 8,
         "draft_window_size": 2048, "budget": 8, "topk_cap": 4, "debug_metrics": True}
+NO_DDTREE = {"budget": None, "topk_cap": None, "debug_metrics": None}
+NO_DFLASH = dict(NO_DDTREE, block_size=None, draft_window_size=None)
 CTX = {"group_names": ["b300", "nvlink"], "host_group": "nvlink", "gpu_cc": "10.3", "gpu_count": 8,
        "api_key_set": False, "model_uses_mla": True, "env": {"OMP_NUM_THREADS": "16"}, "overrides": []}
+
+
+@pytest.fixture(autouse=True)
+def _ddtree_schema(ddtree_schema):
+    """Every case validates against the schema of the DDTree-patched build (the lab stand-in's, extracted)."""
+    CTX["schema"] = ddtree_schema
+    yield
+    CTX.pop("schema", None)
 
 
 def violations(server=None, spec=None, ctx=None):
@@ -50,7 +60,7 @@ CASES = [
     ("node rank out of range", {"nnodes": 2, "node_rank": 2, "dist_init_addr": "h:5000"}, {}, {}, ["multinode_addr"]),
     ("mem fraction 1.0", {"mem_fraction_static": 1.0}, {}, {}, ["mem_fraction_range"]),
     ("mem fraction 0", {"mem_fraction_static": 0}, {}, {}, ["mem_fraction_range"]),
-    ("mem fraction string", {"mem_fraction_static": "lots"}, {}, {}, ["mem_fraction_range"]),
+    ("mem fraction string", {"mem_fraction_static": "lots"}, {}, {}, ["mem_fraction_range", "flags_in_schema"]),
     ("mrr 256 with MLA flagged", {"max_running_requests": 256}, {}, {}, ["mla_max_running_256"]),
     ("mrr 256 with MLA overridden", {"max_running_requests": 256}, {}, {"overrides": ["mla_max_running_256"]}, []),
     ("mrr 256 without MLA ok", {"max_running_requests": 256}, {}, {"model_uses_mla": False}, []),
@@ -60,27 +70,32 @@ CASES = [
     ("public bind without key", {"host": "0.0.0.0"}, {}, {}, ["api_key_off_loopback"]),
     ("public bind with key ok", {"host": "0.0.0.0"}, {}, {"api_key_set": True}, []),
     ("ipv6 loopback without key ok", {"host": "::1"}, {}, {}, []),
-    ("unknown server key (typo)", {"mem_fraction_statc": 0.8}, {}, {}, ["server_keys_known"]),
-    ("unknown speculative key", {}, {"bugdet": 8}, {}, ["speculative_keys_known"]),
-    ("unknown algorithm", {}, {"algorithm": "MEDUSA"}, {}, ["argv_buildable", "speculative_algorithm"]),
+    ("unknown server key (typo)", {"mem_fraction_statc": 0.8}, {}, {}, ["flags_in_schema"]),
+    ("unknown speculative key", {}, {"bugdet": 8}, {}, ["flags_in_schema"]),
+    ("unknown algorithm", {}, {"algorithm": "MEDUSA"}, {}, ["flags_in_schema"]),
+    ("ddtree flags on the upstream version", {}, {}, {"schema": "0.5.23"}, ["flags_in_schema"]),
+    ("ddtree on plain 0.5.11", {}, {}, {"schema": "0.5.11"}, ["flags_in_schema"]),
+    ("no schema at all", {}, {}, {"schema": None}, ["argv_buildable"]),
     ("relative model path", {"model_path": "models/x"}, {}, {}, ["model_path_absolute"]),
     ("port out of range", {"port": 70000}, {}, {}, ["port_range"]),
     ("negative tp", {"tp_size": -1}, {}, {}, ["positive_ints"]),
     ("tp above gpu count", {"tp_size": 16}, {}, {}, ["gpu_count"]),
     ("lab host without gpus ok", {"tp_size": 16}, {}, {"gpu_count": 0}, []),
     ("draft model missing", {}, {"draft_model_path": ""}, {}, ["draft_model_path"]),
-    ("dflash pp 2", {"pp_size": 2, "tp_size": 4}, {"algorithm": "DFLASH"}, {}, ["dflash_pp1"]),
+    ("dflash pp 2", {"pp_size": 2, "tp_size": 4}, {"algorithm": "DFLASH", **NO_DDTREE}, {}, ["dflash_pp1"]),
+    ("ddtree-only key on DFLASH", {}, {"algorithm": "DFLASH"}, {}, ["flags_in_schema"]),
     ("eagle3 missing params", {}, {"algorithm": "EAGLE3", "budget": None, "topk_cap": None, "block_size": None,
                                    "draft_window_size": None, "debug_metrics": None}, {}, ["eagle_params"]),
     ("eagle tree verify paged needs backend",
      {"page_size": 16, "attention_backend": "torch_native"},
-     {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 4, "num_draft_tokens": 8}, {}, ["tree_verify_paged"]),
+     {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 4, "num_draft_tokens": 8, **NO_DFLASH}, {},
+     ["tree_verify_paged"]),
     ("eagle tree verify paged on flashinfer ok", {"page_size": 16, "attention_backend": "flashinfer"},
-     {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 4, "num_draft_tokens": 8}, {}, []),
+     {"algorithm": "EAGLE3", "num_steps": 3, "eagle_topk": 4, "num_draft_tokens": 8, **NO_DFLASH}, {}, []),
     ("pcie NCCL tuning on nvlink", {}, {}, {"env": {"NCCL_P2P_LEVEL": "5"}}, ["no_pcie_nccl_on_nvlink"]),
     ("pcie NCCL tuning on pcie ok", {}, {}, {"env": {"NCCL_P2P_LEVEL": "5"}, "group_names": ["pcie"],
                                              "host_group": "pcie", "gpu_cc": "12.0"}, []),
-    ("bad grammar backend", {"grammar_backend": "regex"}, {}, {}, ["grammar_backend"]),
+    ("bad grammar backend", {"grammar_backend": "regex"}, {}, {}, ["flags_in_schema"]),
     ("override of a hard rule refused", {}, {}, {"overrides": ["ddtree_triton"]}, ["overrides_known"]),
     ("algorithm NONE ignores ddtree rules", {"attention_backend": "flashinfer", "page_size": 16},
      {"algorithm": "NONE"}, {}, []),
