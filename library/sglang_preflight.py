@@ -1,14 +1,18 @@
 #!/usr/bin/python
-"""Ansible module: ask the installed SGLang server's own parser whether an argv is accepted (changes nothing)."""
+"""Ansible module: the installed SGLang's own validation judges an argv, with every GPU hidden (changes nothing)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_preflight
-short_description: Check SGLang server flags with the target venv's own parser before a restart
+short_description: Check SGLang server flags with the target venv's own validation before a restart
 description:
-  - Runs C(<python> -c ...) which imports I(parser_module) and calls its C(prepare_server_args(argv)) (upstream
-    C(sglang.srt.server_args); the lab stand-in C(sglang_standin.server_args)). Starts, writes and restarts nothing,
-    so it also runs in check mode.
+  - "Runs C(<python> -c ...) which imports I(parser_module) and runs what the version's launcher runs before it
+    loads weights: C(prepare_server_args(argv)) (argparse, then C(__post_init__), the semantic checks of 0.5.11),
+    then C(resolve_once()) where it exists (0.5.23's checks) and C(check_server_args())."
+  - The subprocess sees no GPU (C(CUDA_VISIBLE_DEVICES="")) and runs at nice 10, so it can neither open a CUDA context
+    next to the live server nor slow it; the host's real GPU facts (name, compute capability, memory, count of the
+    service's I(environment.CUDA_VISIBLE_DEVICES)) are read with C(nvidia-smi) and handed to torch.cuda instead.
+  - Starts, writes and restarts nothing, so it also runs in check mode.
   - On rejection it fails with the parser's own message (argparse's C(error:) line or the exception).
   - The API key is never passed; with I(with_api_key) a placeholder checks that C(--api-key) is accepted.
 options:
@@ -20,10 +24,6 @@ options:
     description: "module with prepare_server_args."
     type: str
     default: sglang.srt.server_args
-  function:
-    description: "the parsing function."
-    type: str
-    default: prepare_server_args
   argv:
     description: "server flags (from the sglang_argv filter)."
     type: list
@@ -34,9 +34,13 @@ options:
     type: bool
     default: false
   environment:
-    description: "extra environment (e.g. CUDA_HOME, LD_LIBRARY_PATH) for the import."
+    description: "the service's environment (CUDA_HOME, LD_LIBRARY_PATH, CUDA_VISIBLE_DEVICES...); GPUs stay hidden."
     type: dict
     default: {}
+  nvidia_smi:
+    description: "nvidia-smi to read the GPU facts from; a host without it gets no GPU facts (the lab)."
+    type: str
+    default: nvidia-smi
   timeout:
     description: "seconds allowed for import and parse."
     type: float
@@ -56,10 +60,14 @@ RETURN = r"""
 accepted: {description: whether the parser accepted the argv., type: bool, returned: always}
 rc: {description: exit status of the parser process., type: int, returned: always}
 message: {description: the parser's complaint (empty when accepted)., type: str, returned: always}
+steps: {description: "validation steps that ran (prepare_server_args, resolve_once, check_server_args).", type: list,
+        returned: always}
+gpus: {description: "GPU facts handed to the validation (name, compute_cap, memory_mib per GPU).", type: list,
+       returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_preflight import check
+from ansible.module_utils.sglang_preflight import NvidiaSmiParseError, check, device_facts, read_gpus
 
 
 def main():
@@ -67,19 +75,25 @@ def main():
         argument_spec=dict(
             python=dict(type="path", required=True),
             parser_module=dict(type="str", default="sglang.srt.server_args"),
-            function=dict(type="str", default="prepare_server_args"),
             argv=dict(type="list", elements="str", required=True),
             with_api_key=dict(type="bool", default=False),
             environment=dict(type="dict", default={}),
             timeout=dict(type="float", default=300),
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    result = check(p["python"], p["parser_module"], p["argv"], function=p["function"], with_api_key=p["with_api_key"],
-                   timeout=p["timeout"], env={k: str(v) for k, v in p["environment"].items()})
+    env = {k: str(v) for k, v in p["environment"].items()}
+    try:
+        facts = device_facts(read_gpus(p["nvidia_smi"]), env.get("CUDA_VISIBLE_DEVICES"))
+    except (NvidiaSmiParseError, OSError) as exc:
+        module.fail_json(msg=f"could not read the GPU facts for the preflight (nothing was changed): {exc}")
+    result = check(p["python"], p["parser_module"], p["argv"], facts=facts, with_api_key=p["with_api_key"],
+                   timeout=p["timeout"], env=env)
+    result["gpus"] = facts["gpus"]
     if not result["accepted"]:
-        module.fail_json(msg=f"{p['parser_module']}.{p['function']} rejected the new flags (the running service "
+        module.fail_json(msg=f"{p['parser_module']} ({' -> '.join(result['steps']) or 'prepare_server_args'}) rejected the new flags (the running service "
                              f"was left untouched): {result['message']}", **result)
     module.exit_json(changed=False, **result)
 
