@@ -22,7 +22,7 @@ import re
 
 SCHEMA_FORMAT = 1
 SCHEMA_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas", "sglang"))
-PROBLEMS = ("unknown", "deprecated", "removed", "invalid_choice", "missing_value", "bad_type")
+PROBLEMS = ("unknown", "deprecated", "removed", "invalid_choice", "missing_value", "bad_type", "missing_required")
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
@@ -396,4 +396,10 @@ def check_argv(schema: FlagSchema, argv, others=()) -> list:
                     schema, name, "invalid_choice",
                     f"{name} {value!r} is not a choice of SGLang {schema.version} "
                     f"(choose from {', '.join(map(str, option['choices']))})"))
+    given = {w.split("=", 1)[0] for w in argv if _flag_like(w)}
+    for option in schema.options.values():
+        if option.get("required") and not given & set(option.get("flags") or ()):
+            flags = "/".join(option["flags"])
+            problems.append(_problem(schema, option["flags"][0], "missing_required",
+                                     f"SGLang {schema.version} requires {flags}"))
     return problems

@@ -146,13 +146,22 @@ def test_window_size_spellings_cross(v11, v23):
     assert p["problem"] == "unknown" and p["replacement"] == "--speculative-draft-window-size"
 
 
+M = ["--model-path", "/m"]
+
+
+def test_missing_required_model_path(v11):
+    [p] = S.check_argv(v11, ["--port", "1"])
+    assert (p["flag"], p["problem"]) == ("--model-path", "missing_required")
+    assert "requires --model-path/--model" in p["detail"]
+
+
 def test_cuda_graph_max_bs_on_0_5_23(v11, v23):
-    problems = S.check_argv(v23, ["--cuda-graph-max-bs", "16", "--tp-size", "2"], [v11])
+    problems = S.check_argv(v23, M + ["--cuda-graph-max-bs", "16", "--tp-size", "2"], [v11])
     assert len(problems) == 1  # "16" was taken as the flag's value, --tp-size parsed normally
     p = problems[0]
     assert p["problem"] == "unknown" and p["replacement"] == "--cuda-graph-max-bs-decode"
     assert "--cuda-graph-max-bs-prefill" in p["detail"] and "0.5.23" in p["detail"]
-    assert S.check_argv(v11, ["--cuda-graph-max-bs", "16"], [v23]) == []
+    assert S.check_argv(v11, M + ["--cuda-graph-max-bs", "16"], [v23]) == []
 
 
 @pytest.mark.parametrize("flag", ["--speculative-ddtree-budget", "--speculative-ddtree-topk-cap",
@@ -167,7 +176,7 @@ def test_ddtree_flags_have_no_replacement(v11, v23, flag):
 def test_ddtree_algorithm_is_an_invalid_choice_on_0_5_11(v11, v23):
     p = _problem(S.check_argv(v11, ["--speculative-algorithm", "DDTREE"], [v23]), "--speculative-algorithm")
     assert p["problem"] == "invalid_choice" and "DDTREE" in p["detail"]
-    assert S.check_argv(v11, ["--speculative-algorithm", "DFLASH"]) == []
+    assert S.check_argv(v11, M + ["--speculative-algorithm", "DFLASH"]) == []
 
 
 def test_deprecated_removed_and_value_problems(v11, v23):
@@ -175,7 +184,7 @@ def test_deprecated_removed_and_value_problems(v11, v23):
     assert p["problem"] == "deprecated" and p["replacement"] == "--cuda-graph-backend-decode"
     p = _problem(S.check_argv(v11, ["--hybrid-kvcache-ratio"]), "--hybrid-kvcache-ratio")
     assert p["problem"] == "removed" and p["replacement"] == "--swa-full-tokens-ratio"
-    kinds = {p["flag"]: p["problem"] for p in S.check_argv(v11, ["--tp-size", "two", "--dtype", "int3",
+    kinds = {p["flag"]: p["problem"] for p in S.check_argv(v11, M + ["--tp-size", "two", "--dtype", "int3",
                                                                  "--trust-remote-code=1", "--port"])}
     assert kinds == {"--tp-size": "bad_type", "--dtype": "invalid_choice", "--trust-remote-code": "bad_type",
                      "--port": "missing_value"}
