@@ -29,7 +29,8 @@ def site_of(venv):
 
 def test_lab_series_order_and_hash():
     names = vp.read_series(str(LAB_SERIES), require=True)
-    assert names == ["0001-six-lab-marker.patch", "0002-six-lab-patched-function.patch"]
+    assert names == ["0001-six-lab-marker.patch", "0002-six-lab-patched-function.patch",
+                     "0003-standin-ddtree-flags.patch"]
     h = vp.series_hash(str(LAB_SERIES), names)
     assert len(h) == 64 and h != vp.series_hash(str(LAB_SERIES), list(reversed(names)))
     assert vp.series_hash(str(LAB_SERIES), []) == ""

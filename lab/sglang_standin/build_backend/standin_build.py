@@ -32,7 +32,9 @@ def _metadata() -> str:
 
 
 def _files():
-    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+    # the modules, and the flag schema of the emulated SGLang version (a link to schemas/sglang/ in the repo: its
+    # content goes into the wheel)
+    for path in sorted(list((ROOT / PACKAGE).rglob("*.py")) + list((ROOT / PACKAGE).glob("*.json"))):
         yield path.relative_to(ROOT).as_posix(), path.read_bytes()
 
 

@@ -1,2 +1,2 @@
 """SGLang stand-in for the lab (a test double, never used in production). See README.md."""
-__version__ = "0.5.23.post0+standin"
+__version__ = "0.5.11.post0+standin"

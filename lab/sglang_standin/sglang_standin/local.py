@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +19,25 @@ from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 READY_LINE = "The server is fired up and ready to roll!"
+# The lab patch series (the venv role applies it to a lab venv): its stand-in patches add DDTREE, as the operator's
+# series does to real SGLang.
+LAB_SERIES = PACKAGE_ROOT.parent.parent / "roles" / "venv" / "files" / "patches" / "lab"
+
+
+def patched_root(dest: Path, series_dir: Path = LAB_SERIES) -> Path:
+    """A copy of the stand-in at dest with the series' patches to sglang_standin/ applied (`patch -p1`, no fuzz),
+    in series order: the stand-in as a lab venv has it. Returns dest, for PYTHONPATH / LocalServer(package_root=)."""
+    dest = Path(dest)
+    shutil.copytree(PACKAGE_ROOT / "sglang_standin", dest / "sglang_standin", symlinks=False,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    names = [n.strip() for n in (series_dir / "series").read_text().splitlines() if n.strip() and not n.startswith("#")]
+    for name in names:
+        patch = series_dir / name
+        if "+++ b/sglang_standin/" not in patch.read_text():
+            continue
+        subprocess.run(["patch", "-p1", "--batch", "--fuzz=0", "-d", str(dest), "-i", str(patch)], check=True,
+                       capture_output=True, text=True, timeout=60)
+    return dest
 
 
 def free_port() -> int:
@@ -28,13 +48,14 @@ def free_port() -> int:
 
 class LocalServer:
     def __init__(self, args: list[str], env: dict | None = None, port: int | None = None,
-                 module: str = "sglang_standin.launch_server", python: str = sys.executable):
+                 module: str = "sglang_standin.launch_server", python: str = sys.executable,
+                 package_root: Path | None = None):
         self.port = port or free_port()
         self.args = list(args)
         if "--port" not in self.args:
             self.args += ["--port", str(self.port)]
         self.env = dict(os.environ)
-        self.env.update({"PYTHONPATH": str(PACKAGE_ROOT), "PYTHONUNBUFFERED": "1",
+        self.env.update({"PYTHONPATH": str(package_root or PACKAGE_ROOT), "PYTHONUNBUFFERED": "1",
                          "SGLANG_STANDIN_TTFT_MS": "5", "SGLANG_STANDIN_ITL_MS": "1"})
         self.env.update(env or {})
         self.cmd = [python, "-m", module] + self.args

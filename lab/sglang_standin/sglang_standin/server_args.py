@@ -1,106 +1,160 @@
-"""Stand-in for `sglang.srt.server_args`: the CLI flags SGLang accepts (the subset this project renders, plus
-their common neighbours), parsed with argparse exactly like the real server, so an unknown or malformed flag
-exits 2 with argparse's message. `prepare_server_args(argv)` is the preflight entry point, as upstream.
+"""Stand-in for `sglang.srt.server_args`: the CLI of the SGLang version it emulates, built from that version's flag
+schema (schema.json, extracted from the real parser: schemas/sglang/ at the repo root), parsed with argparse like the
+real server, so an unknown or malformed flag exits 2 with argparse's message. `prepare_server_args(argv)` is the
+preflight entry point, as upstream; `make_parser()` is what the schema extractor reads back.
 
-The flag set is the union of upstream 0.5.23 (DFLASH: --speculative-draft-window-size) and the patched
-0.5.11 DDTree build of the hand deployment (--speculative-dflash-draft-window-size, --speculative-ddtree-*).
+Semantic checks (`ServerArgs.__post_init__`) follow the emulated version's own (0.5.11's DFLASH checks and its
+context-length check, copied from its source); flags that argparse accepts and the real validation accepts too
+(mem_fraction_static 1.5, tp 1 with nnodes 2) are accepted here as well: the controller's static rules refuse those.
+
+A patch series can extend the parser the way the operator's DDTree series extends the real one: when the module
+`sglang_standin.server_args_patch` exists (the lab patch series adds it), its `add_args(parser)` and `check(args)`
+run after the schema's flags and checks.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
 import os
-from typing import Optional
+from pathlib import Path
 
-ATTENTION_BACKENDS = [
-    "triton", "flashinfer", "fa3", "fa4", "torch_native", "flashmla", "cutlass_mla", "trtllm_mla", "trtllm_mha",
-    "aiter", "wave", "intel_amx", "ascend", "dual_chunk_flash_attn",
-]
-GRAMMAR_BACKENDS = ["xgrammar", "outlines", "llguidance", "none"]
-TREE_VERIFY_PAGED_BACKENDS = ("flashinfer", "fa3", "triton")
+SCHEMA_PATH = Path(__file__).resolve().parent / "schema.json"
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+SGLANG_VERSION = SCHEMA["sglang_version"]
+# argparse dests that the real ServerArgs.from_cli_args renames (0.5.11: tensor_parallel_size -> tp_size, ...).
+FIELD_OF_DEST = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size",
+                 "data_parallel_size": "dp_size", "expert_parallel_size": "ep_size",
+                 "attention_context_parallel_size": "attn_cp_size", "moe_data_parallel_size": "moe_dp_size"}
+
+try:  # added by a patch series (lab: roles/venv/files/patches/lab), absent in a plain install
+    from sglang_standin import server_args_patch as _patch
+except ImportError:
+    _patch = None
 
 
-@dataclasses.dataclass
+def _human_int(text: str) -> int:
+    text = str(text).strip().lower()
+    for suffix, mult in (("k", 10 ** 3), ("m", 10 ** 6), ("g", 10 ** 9)):
+        if text.endswith(suffix):
+            return int(float(text[:-1]) * mult)
+    return int(text)
+
+
+TYPES = {"int": int, "float": float, "str": str, "json": json.loads, "human_readable_int": _human_int,
+         "nullable_str": lambda s: None if str(s).lower() in ("none", "null", "") else s}
+
+
+def _add(parser: argparse.ArgumentParser, opt: dict) -> None:
+    flags = [f for f in opt["flags"] if f.startswith("-")]
+    kw = {"dest": opt["dest"], "default": opt.get("default"), "help": opt.get("help") or None}
+    action, nargs = opt.get("action") or "store", opt.get("nargs")
+    if action == "BooleanOptionalAction":
+        kw["action"] = argparse.BooleanOptionalAction
+        flags = [f for f in flags if not f.startswith("--no-")]
+    elif action in ("store_true", "store_false", "count"):
+        kw["action"] = action
+    elif nargs == 0:  # custom flag-only actions (DeprecatedStoreTrueAction, DeprecatedAction without a value)
+        kw["action"] = "store_true"
+    else:
+        if action == "append":
+            kw["action"] = "append"
+        if nargs is not None:
+            kw["nargs"] = nargs
+        kw["type"] = TYPES.get(opt.get("type") or "str", str)
+        if opt.get("choices"):
+            kw["choices"] = opt["choices"]
+        if opt.get("required"):
+            kw["required"] = True
+    parser.add_argument(*flags, **kw)
+
+
+def make_parser(schema: dict | None = None) -> argparse.ArgumentParser:
+    """The emulated version's parser (or that of another schema: the conformance tests hold the parser built from
+    each committed schema to that version's recorded verdicts)."""
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    for opt in sorted((schema or SCHEMA)["options"].values(), key=lambda o: o.get("order", 0)):
+        _add(parser, opt)
+    if _patch is not None and schema is None:
+        _patch.add_args(parser)
+    return parser
+
+
 class ServerArgs:
-    model_path: str
-    tokenizer_path: Optional[str] = None
-    served_model_name: Optional[str] = None
-    host: str = "127.0.0.1"
-    port: int = 30000
-    api_key: Optional[str] = None
-    trust_remote_code: bool = False
-    dtype: str = "auto"
-    quantization: Optional[str] = None
-    kv_cache_dtype: str = "auto"
-    context_length: Optional[int] = None
-    mem_fraction_static: Optional[float] = None
-    max_running_requests: Optional[int] = None
-    max_total_tokens: Optional[int] = None
-    chunked_prefill_size: Optional[int] = None
-    page_size: int = 1
-    num_continuous_decode_steps: int = 1
-    tp_size: int = 1
-    pp_size: int = 1
-    dp_size: int = 1
-    ep_size: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    dist_init_addr: Optional[str] = None
-    attention_backend: Optional[str] = None
-    grammar_backend: Optional[str] = None
-    disable_cuda_graph: bool = False
-    cuda_graph_max_bs: Optional[int] = None
-    enable_dp_attention: bool = False
-    enable_metrics: bool = False
-    log_level: str = "info"
-    random_seed: Optional[int] = None
-    watchdog_timeout: float = 300
-    moe_a2a_backend: str = "none"
-    speculative_algorithm: Optional[str] = None
-    speculative_draft_model_path: Optional[str] = None
-    speculative_num_steps: Optional[int] = None
-    speculative_eagle_topk: Optional[int] = None
-    speculative_num_draft_tokens: Optional[int] = None
-    speculative_draft_window_size: Optional[int] = None
-    speculative_dflash_draft_window_size: Optional[int] = None
-    speculative_ddtree_budget: Optional[int] = None
-    speculative_ddtree_topk_cap: Optional[int] = None
-    speculative_ddtree_debug_metrics: bool = False
+    """The parsed flags as attributes (named like the real ServerArgs fields), then the version's checks."""
+
+    def __init__(self, **values):
+        for dest, value in values.items():
+            setattr(self, FIELD_OF_DEST.get(dest, dest), value)
+        self.__post_init__()
+
+    def __getattr__(self, name):  # a flag of another version or of an absent patch: unset, like a default
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+    def __repr__(self):
+        return "ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in sorted(vars(self).items())) + ")"
 
     def __post_init__(self):
-        """Semantic checks SGLang does after parsing (ServerArgs.__post_init__ / check_server_args)."""
-        if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
-            raise ValueError(f"mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}")
-        if (self.tp_size * self.pp_size) % self.nnodes != 0:
-            raise ValueError("tp_size * pp_size must be divisible by the number of nodes")
-        if self.node_rank >= self.nnodes:
-            raise ValueError(f"node_rank {self.node_rank} must be smaller than nnodes {self.nnodes}")
-        algo = (self.speculative_algorithm or "NONE").upper()
+        if (self.dp_size or 1) == 1:  # 0.5.11 _handle_data_parallelism, which runs before the speculative checks
+            self.enable_dp_attention = False
+            self.enable_dp_lm_head = False
+        algo = (self.speculative_algorithm or "").upper()
         if algo == "NEXTN":
             self.speculative_algorithm = algo = "EAGLE"
-        if algo in ("DFLASH", "DDTREE"):
-            if not self.speculative_draft_model_path:
-                raise ValueError(f"{algo} speculative decoding requires --speculative-draft-model-path")
-            if self.pp_size != 1:
-                raise ValueError(f"{algo} speculative decoding requires pp_size == 1")
-            block = self.speculative_num_draft_tokens
-            window = self.speculative_draft_window_size or self.speculative_dflash_draft_window_size
-            if block is not None and window is not None and window < block:
-                raise ValueError(f"draft window size ({window}) must be >= the DFlash block size ({block})")
-        if algo == "DDTREE":
-            if (self.attention_backend or "triton") != "triton":
-                raise ValueError("DDTREE requires --attention-backend triton")
-            if self.page_size != 1:
-                raise ValueError("DDTREE requires --page-size 1")
-            if (self.speculative_ddtree_topk_cap is not None and self.speculative_ddtree_budget is not None
-                    and self.speculative_ddtree_topk_cap > self.speculative_ddtree_budget):
-                raise ValueError("--speculative-ddtree-topk-cap must not exceed --speculative-ddtree-budget")
-        if (self.speculative_eagle_topk or 1) > 1 and self.page_size > 1:
-            if (self.attention_backend or "flashinfer") not in TREE_VERIFY_PAGED_BACKENDS:
-                raise ValueError("tree verification (topk > 1) with page_size > 1 needs flashinfer, fa3 or triton")
-        if self.model_path and os.environ.get("SGLANG_STANDIN_REQUIRE_MODEL_PATH") == "1":
-            if not os.path.exists(self.model_path):
-                raise ValueError(f"model path {self.model_path} does not exist")
+        if algo == "DFLASH" or (_patch is not None and algo in getattr(_patch, "DFLASH_FAMILY", ())):
+            self._check_dflash(algo)
+        self._check_context_length()
+        if _patch is not None:
+            _patch.check(self)
+
+    # 0.5.11 sglang/srt/server_args.py _handle_speculative_decoding, DFLASH branch (messages copied)
+    def _check_dflash(self, algo: str) -> None:
+        if self.enable_dp_attention:
+            raise ValueError(f"Currently {algo} speculative decoding does not support dp attention.")
+        if (self.pp_size or 1) != 1:
+            raise ValueError(f"Currently {algo} speculative decoding only supports pp_size == 1.")
+        if self.speculative_draft_model_path is None:
+            raise ValueError(f"{algo} speculative decoding requires setting --speculative-draft-model-path.")
+        block = self.speculative_dflash_block_size
+        if block is not None:
+            if int(block) <= 0:
+                raise ValueError(f"DFLASH requires --speculative-dflash-block-size to be positive, got {block}.")
+            if self.speculative_num_draft_tokens is not None and int(self.speculative_num_draft_tokens) != int(block):
+                raise ValueError(
+                    "Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but they differ. "
+                    "For DFLASH they must match. "
+                    f"speculative_num_draft_tokens={self.speculative_num_draft_tokens}, "
+                    f"speculative_dflash_block_size={block}.")
+            self.speculative_num_draft_tokens = int(block)
+        window = self.speculative_dflash_draft_window_size or self.speculative_draft_window_size
+        if window is not None:
+            if int(window) <= 0:
+                raise ValueError(f"DFLASH requires --speculative-dflash-draft-window-size to be positive, got {window}.")
+            draft_tokens = int(self.speculative_num_draft_tokens or 16)
+            if int(window) < draft_tokens:
+                raise ValueError(
+                    "DFLASH --speculative-dflash-draft-window-size must be >= --speculative-num-draft-tokens "
+                    f"(block_size). window_size={window}, block_size={draft_tokens}.")
+        if self.max_running_requests is None:
+            self.max_running_requests = 48
+
+    # 0.5.11 sglang/srt/configs/model_config.py: a context length above the model's is refused
+    def _check_context_length(self) -> None:
+        if not self.context_length or not self.model_path:
+            return
+        try:
+            config = json.loads((Path(self.model_path) / "config.json").read_text())
+        except (OSError, ValueError):
+            return
+        derived = config.get("max_position_embeddings")
+        if derived and int(self.context_length) > int(derived) and \
+                os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "") not in ("1", "true"):
+            raise ValueError(
+                f"Warning: User-specified context_length ({self.context_length}) is greater than the derived "
+                f"context_length ({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the "
+                "derived context_length may differ from max_position_embeddings in the model's config. To allow "
+                "overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
 
     @property
     def speculative_enabled(self) -> bool:
@@ -111,60 +165,13 @@ class ServerArgs:
         return self.served_model_name or self.model_path
 
     def redacted(self) -> dict:
-        return dataclasses.asdict(self)
+        return dict(vars(self))
 
-
-def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="launch_server.py")
-    a = parser.add_argument
-    a("--model-path", "--model", dest="model_path", type=str, required=True,
-      help="The path of the model weights (local folder or Hugging Face repo id).")
-    a("--tokenizer-path", type=str)
-    a("--served-model-name", type=str)
-    a("--host", type=str, default="127.0.0.1")
-    a("--port", type=int, default=30000)
-    a("--api-key", type=str)
-    a("--trust-remote-code", action="store_true")
-    a("--dtype", type=str, default="auto", choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
-    a("--quantization", type=str)
-    a("--kv-cache-dtype", type=str, default="auto")
-    a("--context-length", type=int)
-    a("--mem-fraction-static", type=float)
-    a("--max-running-requests", type=int)
-    a("--max-total-tokens", type=int)
-    a("--chunked-prefill-size", type=int)
-    a("--page-size", type=int, default=1)
-    a("--num-continuous-decode-steps", type=int, default=1)
-    a("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    a("--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=1)
-    a("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
-    a("--ep-size", "--expert-parallel-size", "--ep", dest="ep_size", type=int, default=1)
-    a("--nnodes", type=int, default=1)
-    a("--node-rank", type=int, default=0)
-    a("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", type=str)
-    a("--attention-backend", type=str, choices=ATTENTION_BACKENDS)
-    a("--grammar-backend", type=str, choices=GRAMMAR_BACKENDS)
-    a("--disable-cuda-graph", action="store_true")
-    a("--cuda-graph-max-bs", type=int)
-    a("--enable-dp-attention", action="store_true")
-    a("--enable-metrics", action="store_true")
-    a("--log-level", type=str, default="info")
-    a("--random-seed", type=int)
-    a("--watchdog-timeout", type=float, default=300)
-    a("--moe-a2a-backend", type=str, default="none", choices=["none", "deepep", "mooncake", "ascend_fuseep"])
-    a("--speculative-algorithm", type=str)
-    a("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", type=str)
-    a("--speculative-num-steps", type=int)
-    a("--speculative-eagle-topk", type=int)
-    a("--speculative-num-draft-tokens", "--speculative-dflash-block-size", dest="speculative_num_draft_tokens",
-      type=int)
-    a("--speculative-draft-window-size", type=int)
-    # Patched 0.5.11 DDTree build only (the hand deployment's flags).
-    a("--speculative-dflash-draft-window-size", type=int)
-    a("--speculative-ddtree-budget", type=int)
-    a("--speculative-ddtree-topk-cap", type=int)
-    a("--speculative-ddtree-debug-metrics", action="store_true")
-    return parser
+    def check_server_args(self) -> None:
+        """0.5.11 ServerArgs.check_server_args: the parallel-size assertion the engine makes before loading."""
+        nnodes = self.nnodes or 1
+        assert (self.tp_size or 1) * (self.pp_size or 1) % nnodes == 0, \
+            "tp_size must be divisible by number of nodes"
 
 
 def prepare_server_args(argv: list[str]) -> ServerArgs:
