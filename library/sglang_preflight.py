@@ -53,7 +53,7 @@ EXAMPLES = r"""
   sglang_preflight:
     python: /opt/sglang/venv/bin/python
     parser_module: sglang.srt.server_args
-    argv: "{{ sglang_service_server | sglang_argv(sglang_service_speculative) }}"
+    argv: "{{ sglang_service_server | sglang_argv(sglang_service_speculative, {}, 'b64:' ~ schema_file.content) }}"
 """
 
 RETURN = r"""
