@@ -1,5 +1,6 @@
 """The SGLang stand-in (lab/sglang_standin): CLI like argparse, lifecycle from FACTS, API, faults. Loopback only."""
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ DDTREE = ["--attention-backend", "triton", "--page-size", "1", "--speculative-al
           "--speculative-draft-model-path", "/srv/models/drafter", "--speculative-dflash-block-size", "8",
           "--speculative-dflash-draft-window-size", "2048", "--speculative-ddtree-budget", "8",
           "--speculative-ddtree-topk-cap", "4", "--speculative-ddtree-debug-metrics"]
+DFLASH = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/srv/models/drafter",
+          "--speculative-dflash-block-size", "8"]
 
 
 def run_cli(args, env=None):
@@ -31,8 +34,22 @@ def run_cli(args, env=None):
 def test_unknown_flag_exits_2_like_argparse():
     proc = run_cli(BASE + ["--speculative-ddtree-bugdet", "8"])
     assert proc.returncode == 2
-    assert "launch_server.py: error: unrecognized arguments: --speculative-ddtree-bugdet 8" in proc.stderr
-    assert proc.stderr.startswith("usage: launch_server.py")
+    assert "sglang serve: error: unrecognized arguments: --speculative-ddtree-bugdet 8" in proc.stderr
+    assert proc.stderr.startswith("usage: sglang serve")
+
+
+def test_the_parser_is_the_emulated_versions_and_ddtree_comes_only_from_the_patch_series(standin_ddtree_root):
+    proc = run_cli(BASE + DDTREE)  # plain 0.5.11, as real SGLang 0.5.11 answered on the H200
+    assert proc.returncode == 2 and "argument --speculative-algorithm: invalid choice: 'DDTREE'" in proc.stderr
+    code = ("import sys\nfrom sglang_standin.server_args import prepare_server_args\n"
+            "a = prepare_server_args(sys.argv[1:])\nprint(a.speculative_ddtree_budget, a.speculative_num_draft_tokens)")
+    env = {"PYTHONPATH": str(standin_ddtree_root)}
+    ok = subprocess.run([sys.executable, "-c", code] + BASE + DDTREE, capture_output=True, text=True, timeout=30,
+                        env=env)
+    assert ok.stdout.split() == ["8", "8"], ok.stderr
+    bad = subprocess.run([sys.executable, "-c", code] + BASE + DDTREE[2:] + ["--attention-backend", "fa3"],
+                         capture_output=True, text=True, timeout=30, env=env)
+    assert bad.returncode == 1 and "DDTREE requires --attention-backend triton" in bad.stderr
 
 
 def test_bad_choice_and_missing_model_path_exit_2():
@@ -41,22 +58,23 @@ def test_bad_choice_and_missing_model_path_exit_2():
 
 
 def test_prepare_server_args_semantic_check_raises():
-    with pytest.raises(ValueError, match="triton"):
-        prepare_server_args(BASE + DDTREE[2:] + ["--attention-backend", "fa3"])
+    with pytest.raises(ValueError, match="window_size=4, block_size=8"):
+        prepare_server_args(BASE + DFLASH + ["--speculative-dflash-draft-window-size", "4"])
     with pytest.raises(SystemExit) as exc:
         prepare_server_args(BASE + ["--nope"])
     assert exc.value.code == 2
-    args = prepare_server_args(BASE + DDTREE)
-    assert args.speculative_ddtree_budget == 8 and args.speculative_num_draft_tokens == 8
+    args = prepare_server_args(BASE + DFLASH)
+    assert args.speculative_num_draft_tokens == 8 and args.max_running_requests == 48 and args.tp_size == 1
 
 
-def test_lifecycle_refused_then_503_then_200():
-    with LocalServer(BASE + DDTREE, env=dict(FAST, SGLANG_STANDIN_LOAD_S="0.6")) as srv:
+def test_lifecycle_refused_then_503_then_200(standin_ddtree_root):
+    with LocalServer(BASE + DDTREE, env=dict(FAST, SGLANG_STANDIN_LOAD_S="0.6"), package_root=standin_ddtree_root) as srv:
         srv.wait_for_line("Load weight begin")
         assert sglang_http.call(srv.url, "/health").error == "refused"
         srv.wait_for_line("Uvicorn running")
-        for path in ("/health", "/health_generate", "/ready"):
+        for path in ("/health", "/health_generate"):
             assert sglang_http.call(srv.url, path).status == 503, path
+        assert sglang_http.call(srv.url, "/ready").status == 404  # 0.5.11 has no /ready (recorded on the H200)
         for path in ("/v1/models", "/model_info", "/server_info"):
             assert sglang_http.call(srv.url, path).status == 200, path
         srv.wait_for_line("The server is fired up and ready to roll!")
@@ -153,13 +171,14 @@ def test_crash_faults_exit_nonzero_with_a_traceback(fault, needle):
         assert "fired up" not in log
 
 
-def test_sm103_budget_over_8_with_cuda_graphs_crashes():
+def test_sm103_budget_over_8_with_cuda_graphs_crashes(standin_ddtree_root):
     args = BASE + [a if a != "8" or i != DDTREE.index("--speculative-ddtree-budget") + 1 else "16"
                    for i, a in enumerate(DDTREE)]
-    with LocalServer(args, env=dict(FAST, SGLANG_STANDIN_GPU_CC="10.3")) as srv:
+    with LocalServer(args, env=dict(FAST, SGLANG_STANDIN_GPU_CC="10.3"), package_root=standin_ddtree_root) as srv:
         assert srv.wait_exit() == 1
         assert "illegal memory access" in "\n".join(srv.lines)
-    with LocalServer(args + ["--disable-cuda-graph"], env=dict(FAST, SGLANG_STANDIN_GPU_CC="10.3")) as srv:
+    with LocalServer(args + ["--disable-cuda-graph"], env=dict(FAST, SGLANG_STANDIN_GPU_CC="10.3"),
+                     package_root=standin_ddtree_root) as srv:
         srv.wait_for_line("fired up")
 
 
@@ -182,8 +201,10 @@ def test_slow_shutdown_keeps_answering_after_sigterm():
         srv.wait_for_line("fired up")
         srv.proc.terminate()
         srv.wait_for_line("still answering")
-        assert sglang_http.call(srv.url, "/health").status == 200
-        assert srv.wait_exit() == 0
+        # as recorded from real SGLang: /health says 503 at once, the rest still answers while it drains
+        assert sglang_http.call(srv.url, "/health").status == 503
+        assert sglang_http.call(srv.url, "/v1/models").status == 200
+        assert srv.wait_exit() == -signal.SIGKILL  # real SGLang kills itself after the drain
 
 
 def test_garbage_output():
@@ -212,4 +233,5 @@ def test_stdlib_build_backend_makes_an_installable_wheel(tmp_path):
         record = zf.read(f"{standin_build._dist_info()}/RECORD").decode()
     assert "sglang_standin/launch_server.py" in names and "sglang_standin/server_args.py" in names
     assert all(n in record for n in names)
-    assert name.startswith("sglang_standin-0.5.23") and name.endswith("-py3-none-any.whl")
+    assert name.startswith("sglang_standin-0.5.11") and name.endswith("-py3-none-any.whl")
+    assert "sglang_standin/schema.json" in names  # the emulated version's flag schema travels in the wheel

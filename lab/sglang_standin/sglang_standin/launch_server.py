@@ -15,14 +15,74 @@ from typing import Optional
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang_standin import __version__, engine
+from sglang_standin import server_args as _server_args
 from sglang_standin.server_args import ServerArgs, prepare_server_args
 
 FAULTS = ("none", "crash_loading", "crash_warmup", "bind_then_die", "hang", "hang_warmup", "slow_shutdown", "garbage")
-OPEN_PATHS = ("/health", "/health_generate", "/ready", "/metrics")
+# The SGLang version the stand-in emulates (the version of its flag schema); HTTP details differ per version.
+SGLANG_VERSION = getattr(_server_args, "SGLANG_VERSION", None) or "0.5.11"
+
+
+def _version_tuple(v: str) -> tuple:
+    out = []
+    for piece in v.replace("+", ".").split("."):
+        if not piece.isdigit():
+            break
+        out.append(int(piece))
+    return tuple(out)
+
+
+# /ready: only from 0.5.23 on (0.5.11 answers 404). Open without the key (sglang/srt/utils/auth.py,
+# decide_request_auth): paths starting with /health or /metrics, and /ready where it exists.
+HAS_READY = _version_tuple(SGLANG_VERSION) >= (0, 5, 23)
+OPEN_PREFIXES = ("/health", "/metrics") + (("/ready",) if HAS_READY else ())
+WEIGHT_VERSION = "default"
+EOS_TOKEN_ID = 2  # what meta_info.finish_reason.matched / matched_stop name when the model stopped by itself
+
+
+def token_id(tok: str) -> int:
+    """A stable fake vocabulary id for a stand-in token (output_ids)."""
+    return int.from_bytes(tok.encode()[:8].ljust(8, b"\0"), "little") % 49152
+
+
+def _resolved_defaults(args) -> dict:
+    """Server arguments that real ServerArgs.__post_init__ resolves from the model and the GPU (None on the
+    command line, a value in /server_info); the stand-in fills them with plausible values of the same type."""
+    spec = args.speculative_enabled
+    out = {"tokenizer_path": args.model_path, "served_model_name": args.model_path, "device": "cuda",
+           "page_size": 1, "random_seed": 42, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256,
+           "cuda_graph_bs": [1, 2, 4, 8, 16, 24, 32, 40, 48], "custom_weight_loader": [], "mm_process_config": {},
+           "piecewise_cuda_graph_max_tokens": 8192, "piecewise_cuda_graph_tokens": [4, 8, 16, 32],
+           "expert_distribution_recorder_buffer_size": 1000, "speculative_moe_runner_backend": "auto"}
+    if spec:
+        out.update(speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=4,
+                   speculative_draft_model_revision="main")
+    return out
+
+
+def _scheduler_resolved(args) -> dict:
+    """Fields that only the scheduler's copy (internal_states[0]) has resolved."""
+    backend = args.attention_backend or "triton"
+    return {"decode_attention_backend": backend, "prefill_attention_backend": backend,
+            "pp_max_micro_batch_size": args.max_running_requests or 48}
+
+
+def server_args_dict(args) -> dict:
+    """`dataclasses.asdict(server_args)` as real SGLang returns it: every field, api_key included, resolved
+    defaults filled; dests that are no ServerArgs field (--config, deprecated flag-only actions) left out."""
+    schema = getattr(_server_args, "SCHEMA", None) or {}
+    dropped = {"config"} | {d for d, o in (schema.get("options") or {}).items()
+                            if o.get("action") == "DeprecatedAction"}
+    out = {k: v for k, v in args.redacted().items() if k not in dropped}
+    for k, v in _resolved_defaults(args).items():
+        if out.get(k) is None:
+            out[k] = v
+    return out
 
 
 def log(msg: str) -> None:
-    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}", flush=True)
+    """Like real SGLang's logging: on stderr (uvicorn's access lines are real SGLang's only stdout)."""
+    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def env_float(name: str, default: float) -> float:
@@ -53,6 +113,38 @@ class State:
             max_running=args.max_running_requests or 256,
         )
         self.created = int(time.time())
+        self.health_s = env_float("SGLANG_STANDIN_HEALTH_S", 1.0)
+        self.drain_s = env_float("SGLANG_STANDIN_DRAIN_S", 0.5)
+        # SGLang's warmup request ("The capital city of France is") is in the radix cache before any request.
+        self.seen_prompts: list = ["The capital city of France is".split()]
+        self.lock = threading.Lock()
+
+    def cached_prefix(self, text: str, ptoks: int) -> int:
+        """The radix cache: prompt tokens shared with an earlier prompt (at most all but the last one)."""
+        words = text.split()
+        with self.lock:
+            best = 0
+            for seen in self.seen_prompts:
+                n = 0
+                for a, b in zip(seen, words):
+                    if a != b:
+                        break
+                    n += 1
+                best = max(best, n)
+            self.seen_prompts.append(words)
+            del self.seen_prompts[:-256]
+        return max(0, min(best, ptoks - 1))
+
+    def spec_figures(self, n_tokens: int) -> dict:
+        """meta_info spec_* of a finished request with speculative decoding (empty without)."""
+        if not self.args.speculative_enabled or not self.accept_length:
+            return {}
+        verify_ct = max(1, round(max(0, n_tokens - 1) / self.accept_length))
+        accepted = max(0, n_tokens - 1 - verify_ct)
+        proposed = max(accepted, verify_ct * max(1, (self.args.speculative_num_draft_tokens or 4) - 1))
+        return {"spec_accept_rate": accepted / proposed if proposed else 0.0,
+                "spec_accept_length": n_tokens / verify_ct, "spec_accepted_drafts": accepted,
+                "spec_proposed_drafts": proposed, "spec_verify_ct": verify_ct}
 
 
 def make_handler(state: State):
@@ -79,10 +171,36 @@ def make_handler(state: State):
         def _error(self, status: int, message: str) -> None:
             self._send(status, {"object": "error", "message": message, "code": status})
 
+        def _not_found(self) -> None:  # FastAPI's answer for a route that does not exist
+            self._send(404, {"detail": "Not Found"})
+
         def _authorized(self, path: str) -> bool:
-            if not args.api_key or path in OPEN_PATHS:
+            """Real SGLang: the key middleware runs before routing (an unknown path answers 401 without the key,
+            404 with it); the scheme is case-insensitive; /health*, /metrics* (and /ready on 0.5.23) are open."""
+            if not args.api_key or path.startswith(OPEN_PREFIXES):
                 return True
-            return self.headers.get("Authorization", "") == f"Bearer {args.api_key}"
+            scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+            return scheme.lower() == "bearer" and token == args.api_key
+
+        def _unauthorized(self) -> None:
+            self._send(401, {"error": "Unauthorized"})
+
+        def _health(self, path: str) -> None:
+            """/health and /health_generate: 503 at once while starting or shutting down; once ready, a real
+            one-token generation that answers after >= 1 s (the handler polls for it once a second)."""
+            if args.node_rank >= 1:
+                return self._send(200, b"", "text/plain")
+            if state.stopping:
+                log("Health check request received during shutdown. Returning 503.")
+                return self._send(503, b"", "text/plain")
+            if not state.ready:
+                return self._send(503, b"", "text/plain")
+            end = time.monotonic() + state.health_s
+            while time.monotonic() < end:  # the generation; a SIGTERM meanwhile turns it into the drain's 503
+                time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+                if state.stopping:
+                    return self._send(503, b"", "text/plain")
+            return self._send(200, b"", "text/plain")
 
         def _json_body(self):
             length = int(self.headers.get("Content-Length") or 0)
@@ -110,37 +228,57 @@ def make_handler(state: State):
         def do_GET(self):
             path = self.path.split("?", 1)[0]
             if not self._authorized(path):
-                return self._error(401, "Unauthorized")
-            if path in ("/health", "/health_generate", "/ready"):
-                if args.node_rank >= 1 or state.ready:
-                    return self._send(200, b"", "text/plain")
-                return self._send(503, b"", "text/plain")
+                return self._unauthorized()
+            if path in ("/health", "/health_generate"):
+                return self._health(path)
+            if path == "/ready" and HAS_READY:
+                ok = (args.node_rank >= 1 or state.ready) and not state.stopping
+                return self._send(200 if ok else 503, b"", "text/plain")
+            if path == "/ping":  # SageMaker's health check: the HTTP server is up
+                return self._send(200, b"", "text/plain")
             if path == "/v1/models":
                 return self._send(200, {"object": "list", "data": [{
                     "id": args.model_id, "object": "model", "created": state.created, "owned_by": "sglang",
-                    "root": args.model_path, "max_model_len": args.context_length or 32768}]})
+                    "root": args.model_id, "parent": None, "max_model_len": args.context_length or 32768}]})
             if path in ("/model_info", "/get_model_info"):
                 return self._send(200, {"model_path": args.model_path, "tokenizer_path": args.tokenizer_path or
                                         args.model_path, "is_generation": True, "preferred_sampling_params": None,
                                         "weight_version": "default", "has_image_understanding": False,
-                                        "has_audio_understanding": False, "model_type": "standin"})
+                                        "has_audio_understanding": False, "model_type": "standin",
+                                        "architectures": ["StandinForCausalLM"]})
             if path in ("/server_info", "/get_server_info"):
-                info = {k: v for k, v in args.redacted().items() if k != "api_key"}
-                info.update({"version": __version__, "standin": True, "internal_states": [{
-                    "avg_spec_accept_length": state.accept_length,
-                    "last_gen_throughput": round(state.timing.throughput(), 3),
-                    "num_running_reqs": state.timing.running}]})
+                # Like the real one: every server argument (api_key included: the project must redact it), the
+                # scheduler's figures, and internal_states[0] = the server arguments again plus the scheduler's
+                # state; avg_spec_accept_length only with speculative decoding.
+                sargs = server_args_dict(args)
+                tokens = 1281809
+                internal = dict(sargs)
+                for k, v in _scheduler_resolved(args).items():
+                    if internal.get(k) is None:
+                        internal[k] = v
+                internal.update({"_mx_config_cache": {}, "_quantization_explicitly_unset": False,
+                                 "effective_max_running_requests_per_dp": args.max_running_requests or 48,
+                                 "enable_grpc": False, "grpc_port": args.port + 10000,
+                                 "last_gen_throughput": round(state.timing.throughput(), 3),
+                                 "memory_usage": {"weight": 0.27, "kvcache": 27.5, "token_capacity": tokens,
+                                                  "graph": 0.13}, "use_mla_backend": False})
+                if args.speculative_enabled and state.accept_length is not None:
+                    internal["avg_spec_accept_length"] = state.accept_length
+                info = dict(sargs)
+                info.update({"status": "ready" if state.ready else "starting", "max_total_num_tokens": tokens,
+                             "max_req_input_len": (args.context_length or 8192) - 6,
+                             "internal_states": [internal], "version": __version__})
                 return self._send(200, info)
             if path == "/metrics":
                 return self._send(200, (
                     f"sglang:num_running_reqs {state.timing.running}\n"
                     f"sglang:generation_tokens_total {state.timing.generated}\n"), "text/plain")
-            return self._error(404, f"Not Found: {path}")
+            return self._not_found()
 
         def do_POST(self):
             path = self.path.split("?", 1)[0]
             if not self._authorized(path):
-                return self._error(401, "Unauthorized")
+                return self._unauthorized()
             try:
                 body = self._json_body()
             except ValueError as exc:
@@ -154,7 +292,7 @@ def make_handler(state: State):
                 return self._complete(body, prompt, chat=False, ptoks=ptoks)
             if path == "/generate":
                 return self._generate(body)
-            return self._error(404, f"Not Found: {path}")
+            return self._not_found()
 
         def _model_check(self, body) -> bool:
             model = body.get("model")
@@ -164,43 +302,67 @@ def make_handler(state: State):
             return True
 
         def _complete(self, body, prompt: str, chat: bool, ptoks: Optional[int] = None):
+            """OpenAI completions / chat completions with real 0.5.11's fields (matched_stop, reasoning_content,
+            tool_calls, usage.reasoning_tokens, metadata.weight_version; streamed: a role chunk first for chat, the
+            finish reason on the last token's chunk (chat: an empty delta), then a usage chunk with no choices)."""
             if not self._model_check(body):
                 return None
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 128)
             toks = engine.tokens_for(prompt, max_tokens, garbage=state.fault == "garbage")
             ptoks = ptoks if ptoks is not None else engine.count_prompt_tokens(prompt)
-            rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+            rid = uuid.uuid4().hex
             obj = "chat.completion" if chat else "text_completion"
             finish = "length" if len(toks) >= max_tokens else "stop"
-            usage = {"prompt_tokens": ptoks, "completion_tokens": len(toks), "total_tokens": ptoks + len(toks)}
+            matched = EOS_TOKEN_ID if finish == "stop" else None
+            created = int(time.time())
+            head = {"id": rid, "object": obj + (".chunk" if chat else ""), "created": created, "model": args.model_id}
             if body.get("stream"):
                 self._start_stream()
-                for tok in state.timing.stream(toks, ptoks):
-                    choice = {"index": 0, "finish_reason": None, "logprobs": None}
+                if chat:
+                    self._chunk({**head, "choices": [{"index": 0, "delta": {
+                        "reasoning_content": None, "role": "assistant", "content": ""}, "logprobs": None,
+                        "finish_reason": None, "matched_stop": None}]})
+                for i, tok in enumerate(state.timing.stream(toks, ptoks)):
+                    last = i == len(toks) - 1
                     if chat:
-                        choice["delta"] = {"role": "assistant", "content": tok}
+                        self._chunk({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None,
+                                                                                "content": tok}, "logprobs": None,
+                                                          "finish_reason": None, "matched_stop": None}]})
                     else:
-                        choice["text"] = tok
-                    self._chunk({"id": rid, "object": obj + ".chunk", "created": int(time.time()),
-                                 "model": args.model_id, "choices": [choice]})
-                last = {"index": 0, "finish_reason": finish, "logprobs": None}
-                last["delta" if chat else "text"] = {} if chat else ""
-                final = {"id": rid, "object": obj + ".chunk", "created": int(time.time()), "model": args.model_id,
-                         "choices": [last]}
+                        self._chunk({**head, "choices": [{"index": 0, "text": tok, "logprobs": None,
+                                                          "finish_reason": finish if last else None,
+                                                          "matched_stop": matched if last else None}],
+                                     "usage": None})
+                if chat:
+                    self._chunk({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None},
+                                                      "logprobs": None, "finish_reason": finish,
+                                                      "matched_stop": matched}]})
                 if (body.get("stream_options") or {}).get("include_usage"):
-                    final["usage"] = usage
-                self._chunk(final)
+                    usage = {"prompt_tokens": ptoks, "total_tokens": ptoks + len(toks),
+                             "completion_tokens": len(toks)}
+                    if chat:
+                        usage["prompt_tokens_details"] = None
+                    usage["reasoning_tokens"] = 0
+                    self._chunk({**head, "choices": [], "usage": usage})
                 return self._end_stream()
             text = "".join(state.timing.stream(toks, ptoks))
-            choice = {"index": 0, "finish_reason": finish, "logprobs": None}
+            choice: dict = {"index": 0}
             if chat:
-                choice["message"] = {"role": "assistant", "content": text}
+                choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
+                                     "tool_calls": None}
             else:
                 choice["text"] = text
-            return self._send(200, {"id": rid, "object": obj, "created": int(time.time()), "model": args.model_id,
-                                    "choices": [choice], "usage": usage})
+            choice.update(logprobs=None, finish_reason=finish, matched_stop=matched)
+            usage = {"prompt_tokens": ptoks, "total_tokens": ptoks + len(toks), "completion_tokens": len(toks),
+                     "prompt_tokens_details": None, "reasoning_tokens": 0}
+            return self._send(200, {**head, "object": obj, "choices": [choice], "usage": usage,
+                                    "metadata": {"weight_version": WEIGHT_VERSION}})
 
         def _generate(self, body):
+            """/generate like real 0.5.11: text and output_ids (cumulative when streamed), meta_info with the
+            radix-cache figures, finish_reason {type, length|matched}; the first chunk (or the answer) carries
+            response_sent_to_client_ts, the finished one e2e_latency and, with speculative decoding, the spec_*
+            figures."""
             # SGLang takes either text or input_ids (what bench clients send, so the input length is exact).
             text_in, ptoks = engine.prompt_of(body["input_ids"] if body.get("input_ids") else body.get("text", ""))
             params = body.get("sampling_params") or {}
@@ -208,25 +370,35 @@ def make_handler(state: State):
             toks = engine.tokens_for(text_in, max_new, garbage=state.fault == "garbage")
             rid = uuid.uuid4().hex
             started = time.monotonic()
-            meta = {"id": rid, "prompt_tokens": ptoks, "completion_tokens": 0, "cached_tokens": 0,
-                    "finish_reason": None}
-            if state.accept_length:
-                meta["spec_accept_length"] = state.accept_length
+            cached = state.cached_prefix(text_in, ptoks)
+            meta = {"id": rid, "finish_reason": None, "prompt_tokens": ptoks, "weight_version": WEIGHT_VERSION,
+                    "total_retractions": 0, "reasoning_tokens": 0, "completion_tokens": 0, "cached_tokens": cached,
+                    "cached_tokens_details": {"device": cached, "host": 0} if cached else None, "dp_rank": None}
+            finish = ({"type": "length", "length": max_new} if len(toks) >= max_new
+                      else {"type": "stop", "matched": EOS_TOKEN_ID})
+
+            def finished(m: dict) -> dict:
+                m = dict(m, finish_reason=finish, e2e_latency=time.monotonic() - started)
+                m.update(state.spec_figures(len(toks)))
+                return m
+
             if body.get("stream"):
                 self._start_stream()
-                out = ""
-                for tok in state.timing.stream(toks, ptoks):
+                out, ids = "", []
+                for i, tok in enumerate(state.timing.stream(toks, ptoks)):
                     out += tok
-                    meta["completion_tokens"] += 1
-                    self._chunk({"text": out, "meta_info": dict(meta)})
-                meta["finish_reason"] = {"type": "length" if len(toks) >= max_new else "stop"}
-                meta["e2e_latency"] = time.monotonic() - started
-                self._chunk({"text": out, "meta_info": meta})
+                    ids.append(token_id(tok))
+                    m = dict(meta, completion_tokens=i + 1)
+                    if i == len(toks) - 1:
+                        m = finished(m)
+                    if i == 0:
+                        m["response_sent_to_client_ts"] = time.time()
+                    self._chunk({"text": out, "output_ids": list(ids), "meta_info": m})
                 return self._end_stream()
             out = "".join(state.timing.stream(toks, ptoks))
-            meta.update(completion_tokens=len(toks), e2e_latency=time.monotonic() - started,
-                        finish_reason={"type": "length" if len(toks) >= max_new else "stop"})
-            return self._send(200, {"text": out, "meta_info": meta})
+            m = finished(dict(meta, completion_tokens=len(toks)))
+            m["response_sent_to_client_ts"] = time.time()
+            return self._send(200, {"text": out, "output_ids": [token_id(t) for t in toks], "meta_info": m})
 
     return Handler
 
@@ -244,10 +416,24 @@ def crash(where: str, detail: str) -> None:
     os._exit(1)
 
 
+def wait_for_stop(stop: threading.Event, state: Optional[State] = None) -> None:
+    """Wait for the stop event in short slices. A bare stop.wait() can miss SIGTERM for good: when the kernel
+    delivers the signal to another thread (a request handler sleeping), the main thread's futex wait is not
+    interrupted, so Python never runs on_term (seen in ~1 of 5 recordings, launcher or not).
+
+    With state, after a SIGTERM the server keeps listening for state.drain_s (SGLANG_STANDIN_DRAIN_S) while
+    /health* answer 503 and the rest answers: real 0.5.11's sigterm_watchdog notices the signal on its next
+    5-second tick (recorded: 2.7 s and 3.1 s of /health 503 and /v1/models 200 before the listener went)."""
+    while not stop.wait(0.2):
+        pass
+    if state is not None and state.stopping and state.drain_s > 0:
+        time.sleep(state.drain_s)
+
+
 def hang(reason: str, stop: threading.Event) -> None:
     """Never progress; only a signal ends it (exit 0, like a clean stop)."""
     log(f"stand-in fault: hanging ({reason})")
-    stop.wait()
+    wait_for_stop(stop)
     log("stand-in stopped while hanging")
     os._exit(0)
 
@@ -262,7 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
 
     def on_term(signum, _frame):
-        log(f"Received signal {signum}; shutting down")
+        if signum == signal.SIGTERM:  # real 0.5.11 (SignalHandler.sigterm_handler, an asyncio handler: no args)
+            log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        else:
+            log(f"Received signal {signum}; shutting down")
         state.stopping = True
         if state.fault == "slow_shutdown":
             delay = env_float("SGLANG_STANDIN_SHUTDOWN_S", 10.0)
@@ -316,11 +505,24 @@ def main(argv: list[str] | None = None) -> int:
         if not stop.wait(warmup_s):
             state.ready = True
             log("The server is fired up and ready to roll!")
-    stop.wait()
+    wait_for_stop(stop, state)
     httpd.shutdown()
     httpd.server_close()
-    log("stand-in stopped")
-    return 0
+    # Real 0.5.11 (TokenizerManager.sigterm_watchdog): drain, then kill_process_tree(os.getpid(),
+    # include_parent=True) SIGKILLs the tree and itself: exit status -9 even after a clean drain.
+    logged_at = 0.0
+    while True:
+        remain_num_req = state.timing.running
+        if remain_num_req == 0 or time.monotonic() - logged_at >= 5:
+            logged_at = time.monotonic()
+            remaining_rids = [f"standin-{i}" for i in range(remain_num_req)]
+            log(f"Gracefully exiting... Remaining number of requests {remain_num_req}. "
+                f"Remaining requests {remaining_rids=}.")
+        if remain_num_req == 0:
+            break
+        time.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return 0  # not reached
 
 
 if __name__ == "__main__":
