@@ -7,11 +7,13 @@ module: venv_build
 short_description: Build a patched venv into the staging directory, unless the live venv already matches
 description:
   - Computes the recipe hash (flavour, python version, requirements file, local package trees, patch series,
-    pip arguments). When the provenance fact records the same recipe and the live venv still has the content
-    hash recorded with it, nothing happens (C(changed=false)).
+    pip arguments, flag schema module). When the provenance fact records the same recipe and the live venv
+    still has the content hash recorded with it, nothing happens (C(changed=false)).
   - Otherwise builds in C(.<name>.stage), bind-mounted over the live path in a private mount namespace so
-    that shebangs carry the live path; applies the patch series to site-packages; checks the imports.
-    The live venv is untouched; venv_commit swaps the stage in.
+    that shebangs carry the live path; applies the patch series to site-packages; checks the imports; writes
+    the venv's flag schema (C(<venv>/sglang-flag-schema.json)), extracted from the venv's own argparse parser
+    after the patches by module_utils/sglang_schema_extract.py run with the venv's python, so the schema is part
+    of the venv's content. The live venv is untouched; venv_commit swaps the stage in.
 options:
   path: {description: Absolute live venv path., type: path, required: true}
   python: {description: Base interpreter for python -m venv., type: path, default: /usr/bin/python3}
@@ -24,6 +26,12 @@ options:
   import_names: {description: Modules that must import after the build., type: list, elements: str, default: []}
   fact_path: {description: Provenance fact file holding the recipe and content hash of the live venv., type: path, required: true}
   timeout: {description: Seconds allowed for each pip step., type: int, default: 3600}
+  schema_module:
+    description:
+      - Module of the venv whose parser the flag schema is extracted from (the lab stand-in's is
+        C(sglang_standin.server_args)). Empty = no schema (a venv without SGLang). Part of the recipe.
+    type: str
+    default: sglang.srt.server_args
 author: [sglang-deploy]
 """
 
@@ -43,6 +51,7 @@ reason: {description: Why a build was or was not needed., type: str, returned: a
 recipe: {description: The recipe parts and recipe_hash., type: dict, returned: always}
 stage: {description: Staging directory., type: str, returned: when built}
 patches_applied: {description: Patches applied in the stage., type: list, returned: when built}
+flag_schema: {description: "The stage's flag schema: sha256, sglang_version, options (count), module, path; {} when none was extracted.", type: dict, returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -63,6 +72,7 @@ def main():
             import_names=dict(type="list", elements="str", default=[]),
             fact_path=dict(type="path", required=True),
             timeout=dict(type="int", default=3600),
+            schema_module=dict(type="str", default="sglang.srt.server_args"),
         ),
         supports_check_mode=True,
     )

@@ -46,8 +46,14 @@ def test_build_lab_flavour_then_noop(lab, playbook):
     src = remote_summary(lab, "ct200-lab")
     f = fact(lab, "ct200-lab")
     assert f["content_hash"] == src["digest"] and f["patch_series_hash"] == SERIES_HASH
-    assert f["sglang_version"] == "0.5.23.post0+standin" and f["python_version"].startswith("3.11.")
+    assert f["sglang_version"] == "0.5.11.post0+standin" and f["python_version"].startswith("3.11.")
     assert f["method"] == "build" and f["flavour"] == "lab" and len(f["recipe_hash"]) == 64
+    # the venv's own flag schema, in the venv: the stand-in's 0.5.11 parser plus the DDTREE flags of the lab series
+    schema_text = sh(lab, "ct200-lab", f"cat {VENV}/sglang-flag-schema.json")
+    schema = json.loads(schema_text)
+    assert schema["sglang_version"] == "0.5.11" and f["flag_schema_sglang_version"] == "0.5.11"
+    assert "--speculative-ddtree-budget" in {flag for o in schema["options"].values() for flag in o["flags"]}
+    assert f["flag_schema_sha256"] == sh(lab, "ct200-lab", f"sha256sum {VENV}/sglang-flag-schema.json").split()[0]
     # the patch series is in the installed six, in order; pins and the stand-in import
     out = sh(lab, "ct200-lab", f"{VENV}/bin/python -c 'import six, idna, sglang_standin; print(six.lab_patched())'")
     assert out == "('0001', '0002')"
@@ -71,7 +77,8 @@ def test_stream_to_b300_then_second_run_moves_nothing(lab, playbook):
     assert dst["digest"] == src["digest"] and dst["files"] == src["files"] > 10
     f = fact(lab, "b300-lab")
     assert f["content_hash"] == src["digest"] and f["method"] == "stream" and f["source"] == "ct200-lab"
-    assert f["patch_series_hash"] == SERIES_HASH and f["sglang_version"] == "0.5.23.post0+standin"
+    assert f["patch_series_hash"] == SERIES_HASH and f["sglang_version"] == "0.5.11.post0+standin"
+    assert f["flag_schema_sha256"] == fact(lab, "ct200-lab")["flag_schema_sha256"] != ""  # the schema came along
     assert sh(lab, "b300-lab", f"{VENV}/bin/python -c 'import six; print(six.lab_patched())'") == "('0001', '0002')"
     assert any(r["_host"] == "b300-lab" for r in run.results("Report the venv swap"))  # the swap notified
     report = json.loads(run.result("Stream the differing files from the source into the stage (controller-side ssh "

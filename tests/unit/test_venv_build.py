@@ -1,6 +1,8 @@
 """module_utils.venv_build: recipe, up-to-date decision, provenance fact, and a real offline build into the
 stage through a private mount namespace (no network: a hand-made wheel, PIP_NO_INDEX). Local source trees need the index (setuptools/wheel) and
-are covered by the lab integration test."""
+are covered by the lab integration test, except the SGLang stand-in (its stdlib build backend needs nothing): the
+flag schema step is tested on a venv holding it, with the lab series' parser patch."""
+import hashlib
 import json
 import os
 import shutil
@@ -14,7 +16,10 @@ from module_utils import venv_build as vb
 from module_utils import venv_manifest as vm
 from module_utils import venv_stage as vs
 
-LAB_SERIES = Path(__file__).resolve().parents[2] / "roles/venv/files/patches/lab"
+ROOT = Path(__file__).resolve().parents[2]
+LAB_SERIES = ROOT / "roles/venv/files/patches/lab"
+STANDIN = ROOT / "lab/sglang_standin"
+DDTREE_PATCH = "0003-standin-ddtree-flags.patch"
 
 
 def tiny_package(root: Path, name="tinypkg", version="1.0"):
@@ -26,8 +31,9 @@ def tiny_package(root: Path, name="tinypkg", version="1.0"):
     return root
 
 
-def tiny_wheel(root: Path, name="tinypkg", version="1.0") -> Path:
-    """A hand-made pure-python wheel: pip installs it offline, without any build backend."""
+def tiny_wheel(root: Path, name="tinypkg", version="1.0", extra: dict | None = None) -> Path:
+    """A hand-made pure-python wheel: pip installs it offline, without any build backend. `extra`: more files
+    (archive path -> text)."""
     import base64
     import hashlib
     import zipfile
@@ -36,7 +42,7 @@ def tiny_wheel(root: Path, name="tinypkg", version="1.0") -> Path:
     files = {f"{name}/__init__.py": f"__version__ = '{version}'\n",
              f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
              f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                                  "Tag: py3-none-any\n"}
+                                                  "Tag: py3-none-any\n", **(extra or {})}
     record = []
     with zipfile.ZipFile(path, "w") as zf:
         for arc, text in files.items():
@@ -78,6 +84,36 @@ def test_recipe_hash_tracks_every_input(tmp_path):
     names = vb.read_series(str(LAB_SERIES))
     variants.append(vb.recipe("lab", sys.executable, str(req), [str(pkg)], str(LAB_SERIES), names, []))
     assert len({v["recipe_hash"] for v in variants} | {base["recipe_hash"]}) == 6
+
+
+def test_recipe_hash_changes_with_schema_module(tmp_path):
+    req, pkg, patches = inputs(tmp_path)
+    args = ("lab", sys.executable, str(req), [str(pkg)], str(patches), [], [])
+    none = vb.recipe(*args)
+    assert vb.recipe(*args, schema_module="")["recipe_hash"] == none["recipe_hash"]  # no schema: as before
+    real = vb.recipe(*args, schema_module="sglang.srt.server_args")
+    standin = vb.recipe(*args, schema_module="sglang_standin.server_args")
+    assert len({none["recipe_hash"], real["recipe_hash"], standin["recipe_hash"]}) == 3
+    assert standin["flag_schema"] == {"module": "sglang_standin.server_args",
+                                      "format": vb._extractor().SCHEMA_FORMAT}
+    assert "flag_schema" not in none
+
+
+def test_extractor_source_is_the_module_and_its_import_leaves_cuda_env_alone(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.delitem(sys.modules, "module_utils.sglang_schema_extract", raising=False)
+    src = vb.extractor_source()
+    assert src == (ROOT / "module_utils/sglang_schema_extract.py").read_text()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"  # the extractor empties it at import: undone here
+
+
+def test_read_flag_schema(tmp_path):
+    assert vb.read_flag_schema(str(tmp_path / "none.json")) == {}
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = vb.read_flag_schema(str(tmp_path / "bad.json"))
+    assert bad["sglang_version"] == "" and len(bad["sha256"]) == 64
+    (tmp_path / "ok.json").write_text('{"sglang_version": "0.5.11", "options": {"a": {}, "b": {}}}')
+    assert vb.read_flag_schema(str(tmp_path / "ok.json"))["options"] == 2
 
 
 def test_write_fact_is_idempotent_and_atomic(tmp_path):
@@ -152,6 +188,9 @@ def test_offline_build_into_stage_then_swap_then_up_to_date(tmp_path, monkeypatc
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
     assert vb.venv_versions(str(live), "tinypkg", "tinypkg")["sglang_version"] == "1.0"
+    assert "flag_schema" not in r["steps"] and r["flag_schema"] == {}  # schema_module "" (a venv without SGLang)
+    _, prov = vb.provenance(str(live), str(tmp_path / "p.fact"), c["digest"], {}, "tinypkg", "tinypkg")
+    assert prov["flag_schema_sha256"] == "" and prov["flag_schema_sglang_version"] == ""
     again = vb.build_if_needed(**kw)
     assert not again["built"] and "matches" in again["reason"]
     Path(site, "tinypkg/__init__.py").write_text("__version__ = 'tampered'\n")
@@ -159,3 +198,78 @@ def test_offline_build_into_stage_then_swap_then_up_to_date(tmp_path, monkeypatc
     assert drift["built"] and "differs from the recorded" in drift["reason"]
     assert not Path(vs.paths(str(live))["stage"]).exists()  # check mode built nothing
     assert vm.is_venv(str(live))
+
+
+def _build_kw(tmp_path, requirements: Path, **over) -> dict:
+    kw = dict(path=str(tmp_path / "opt/sglang/venv"),
+              python=sys.executable if sys.prefix == sys.base_prefix else "/usr/bin/python3",
+              flavour="lab", requirements=str(requirements), local_packages=[], patch_dir=str(tmp_path / "p"),
+              require_patches=False, pip_args=[], import_names=[], fact_path=str(tmp_path / "f.fact"), timeout=300)
+    kw.update(over)
+    return kw
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and mount namespaces")
+def test_build_writes_the_venvs_own_flag_schema_into_the_venv(tmp_path, monkeypatch):
+    """The stand-in (0.5.11's flags) plus the lab series' parser patch: the schema in the venv has the DDTREE flags
+    no committed schema has, it is venv content (manifest, content hash) and the provenance fact records it."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the extractor must not see it
+    req = tmp_path / "req.txt"
+    req.write_text("# nothing from an index\n")
+    (tmp_path / "p").mkdir()
+    shutil.copy(LAB_SERIES / DDTREE_PATCH, tmp_path / "p" / DDTREE_PATCH)
+    kw = _build_kw(tmp_path, req, local_packages=[str(STANDIN)], require_patches=True,
+                   import_names=["sglang_standin"], schema_module="sglang_standin.server_args")
+    r = vb.build_if_needed(**kw)
+    assert r["steps"][-2:] == ["imports", "flag_schema"] and r["patches_applied"] == [DDTREE_PATCH]
+    live = Path(kw["path"])
+    stage = Path(r["stage"])
+    assert not any(live.iterdir())  # nothing at the live path before the swap
+    data = (stage / vb.FLAG_SCHEMA_NAME).read_bytes()
+    doc = json.loads(data)
+    flags = {f for o in doc["options"].values() for f in o["flags"]}
+    assert doc["sglang_version"] == "0.5.11" and doc["source"]["module"] == "sglang_standin.server_args"
+    assert {"--speculative-ddtree-budget", "--speculative-ddtree-topk-cap"} <= flags
+    assert "DDTREE" in doc["options"]["speculative_algorithm"]["choices"]
+    # the venv's parser, not the committed 0.5.11 schema: that one has no DDTREE flags
+    committed = json.loads((ROOT / "schemas/sglang/0.5.11.json").read_text())
+    assert "--speculative-ddtree-budget" not in {f for o in committed["options"].values() for f in o["flags"]}
+    assert r["flag_schema"]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert r["flag_schema"]["path"] == str(live / vb.FLAG_SCHEMA_NAME)
+    assert oct((stage / vb.FLAG_SCHEMA_NAME).stat().st_mode & 0o777) == oct(0o644)
+    assert not list(stage.rglob("sglang_schema_extract*"))  # the extractor itself is not left in the venv
+
+    c = vs.commit(str(live))
+    assert vb.FLAG_SCHEMA_NAME in {e[0] for e in vm.scan(str(live))}  # in the manifest: in the content hash
+    fact = tmp_path / "prov.fact"
+    changed, prov = vb.provenance(str(live), str(fact), c["digest"], {"recipe_hash": r["recipe"]["recipe_hash"]},
+                                  "sglang-standin", "sglang_standin")
+    assert changed and prov["flag_schema_sha256"] == r["flag_schema"]["sha256"]
+    assert prov["flag_schema_sglang_version"] == "0.5.11" and prov["sglang_version"] == "0.5.11.post0+standin"
+    # a changed schema file is a changed venv: the content hash moves
+    before = vm.summary(vm.scan(str(live)))["digest"]
+    (live / vb.FLAG_SCHEMA_NAME).write_bytes(data.replace(b'"0.5.11"', b'"0.5.23"', 1))
+    assert vm.summary(vm.scan(str(live)))["digest"] != before
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and mount namespaces")
+def test_broken_schema_module_fails_the_build_with_its_stderr(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    wheel = tiny_wheel(tmp_path / "wheels", extra={
+        "tinypkg/server_args.py": "raise RuntimeError('parser exploded: half-applied DDTREE patch')\n"})
+    req = tmp_path / "req.txt"
+    req.write_text(f"{wheel}\n")
+    (tmp_path / "p").mkdir()
+    kw = _build_kw(tmp_path, req, import_names=["tinypkg"], schema_module="tinypkg.server_args")
+    with pytest.raises(vb.BuildError) as err:
+        vb.build_if_needed(**kw)
+    msg = str(err.value)
+    assert "flag schema" in msg and "tinypkg.server_args" in msg
+    assert "RuntimeError: parser exploded: half-applied DDTREE patch" in msg  # the extractor's stderr tail
+    live = Path(kw["path"])
+    assert not vm.is_venv(str(live)) and not (live / vb.FLAG_SCHEMA_NAME).exists()  # nothing swapped
+    assert not os.path.exists(kw["fact_path"])
+    # a module that is not there at all fails the same way
+    with pytest.raises(vb.BuildError, match="No module named 'tinypkg.nope'"):
+        vb.build_if_needed(**dict(kw, schema_module="tinypkg.nope"))
