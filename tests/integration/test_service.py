@@ -84,11 +84,13 @@ def test_check_mode_reports_a_flag_change_and_touches_nothing(deployed, lab):
 
 def test_flags_rejected_by_the_parser_leave_the_old_service_running(deployed, lab):
     pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
-    run = service(lab, sglang_service_extra_args={"speculative-ddtree-bugdet": 8})
+    # argparse and the static rules accept it; the version's own semantic check (0.5.11's DFLASH family) refuses it
+    run = service(lab, sglang_service_speculative_overrides={"num_draft_tokens": 4})
     assert run.rc != 0
     failure = failed_task(run)
     assert failure["task"] == "Ask the installed server's parser whether the new flags are accepted"
-    assert "unrecognized arguments: --speculative-ddtree-bugdet 8" in failure["msg"]
+    assert "Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but they differ" in \
+        failure["msg"]
     assert (main_pid(lab, B300), unit_digest(lab, B300)) == (pid, digest)
     assert lab.ssh(B300, "systemctl is-active sglang.service").stdout.strip() == "active"
 
@@ -100,6 +102,42 @@ def test_static_rules_refuse_before_any_change(deployed, lab):
     failure = failed_task(run)
     assert failure["task"].startswith("Static validation")
     assert "[sm103_budget_cuda_graphs]" in failure["msg"] and "[ddtree_triton]" in failure["msg"]
+    assert run.stats().get("changed", {}).get(B300, 0) == 0
+    assert (main_pid(lab, B300), unit_digest(lab, B300)) == (pid, digest)
+
+
+def test_a_flag_the_hosts_version_lacks_is_refused_at_play_start(deployed, lab):
+    """The lab venv's schema (extracted from its own patched parser) does not know a misspelt flag: the static check
+    names it before anything changes, with the replacement the schemas suggest."""
+    pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
+    run = service(lab, sglang_service_extra_args={"speculative-ddtree-bugdet": 8})
+    failure = failed_task(run)
+    assert failure["task"].startswith("Static validation") and "[flags_in_schema]" in failure["msg"]
+    assert "--speculative-ddtree-bugdet is not a flag of SGLang 0.5.11" in failure["msg"]
+    assert run.stats().get("changed", {}).get(B300, 0) == 0
+    assert (main_pid(lab, B300), unit_digest(lab, B300)) == (pid, digest)
+
+
+@pytest.mark.parametrize("schema,extra,needle", [
+    # the nvlink (DDTree) profile checked against upstream 0.5.23
+    ("0.5.23", {}, "--speculative-ddtree-budget is not a flag of SGLang 0.5.23; SGLang 0.5.23 has no replacement"),
+    # the 0.5.23 spelling of the DFLASH window on 0.5.11
+    ("0.5.11", {"sglang_service_extra_args": {"speculative-draft-window-size": 2048},
+                "sglang_service_speculative_overrides": {"algorithm": "DFLASH", "budget": None, "topk_cap": None,
+                                                         "debug_metrics": None, "draft_window_size": None}},
+     "--speculative-draft-window-size is not a flag of SGLang 0.5.11 (the SGLang 0.5.23 spelling); SGLang 0.5.11 "
+     "spells it --speculative-dflash-draft-window-size"),
+    # a flag 0.5.23 removed
+    ("0.5.23", {"sglang_service_server_overrides": {"cuda_graph_max_bs": 16},
+                "sglang_service_speculative_overrides": {"algorithm": "NONE"}},
+     "--cuda-graph-max-bs is not a flag of SGLang 0.5.23 (the SGLang 0.5.11 spelling); SGLang 0.5.23 spells it "
+     "--cuda-graph-max-bs-decode"),
+], ids=["ddtree-on-0.5.23", "0.5.23-window-on-0.5.11", "cuda-graph-max-bs-on-0.5.23"])
+def test_another_versions_flags_are_refused_before_any_change(deployed, lab, schema, extra, needle):
+    pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
+    run = service(lab, sglang_service_flag_schema=schema, **extra)
+    failure = failed_task(run)
+    assert failure["task"].startswith("Static validation") and needle in failure["msg"], failure["msg"]
     assert run.stats().get("changed", {}).get(B300, 0) == 0
     assert (main_pid(lab, B300), unit_digest(lab, B300)) == (pid, digest)
 
@@ -215,3 +253,68 @@ def test_secrets_never_in_verbose_output_nor_readable_files(deployed, lab, tmp_p
     ok = lab.ssh(B300, f"curl -s -o /dev/null -w '%{{http_code}}' -H 'Authorization: Bearer {key}' "
                        "http://127.0.0.1:30001/v1/models").stdout
     assert ok == "200"
+
+
+def _invocation_journal(lab, host: str, invocation: str) -> str:
+    """The invocation's lines: its processes' output and systemd's own messages about it."""
+    lab.ssh(host, "journalctl --sync", check=False)
+    return lab.ssh(host, f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation} + "
+                         f"INVOCATION_ID={invocation}").stdout
+
+
+def _wait_journal(lab, host: str, invocation: str, needle: str, timeout: float = 60) -> str:
+    """Poll the invocation's journal until a line contains needle (journald may lag the process a little)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        text = _invocation_journal(lab, host, invocation)
+        if needle in text or time.monotonic() > deadline:
+            assert needle in text, f"{needle!r} not in the journal of {invocation} within {timeout}s:\n{text[-3000:]}"
+            return text
+        time.sleep(0.5)
+
+
+def test_plain_stop_and_restart_end_clean_and_the_journal_never_holds_the_key(deployed, lab):
+    """The stand-in exits like real SGLang (SIGKILLs itself after the SIGTERM drain); under KillMode=mixed the
+    launcher makes that exit 0: restart and stop read Result=success, not code=killed status=9/KILL. The key is
+    redacted from the journal, server_args line included, and never in any process's cmdline."""
+    if lab.ssh(B300, "systemctl is-active sglang.service", check=False).stdout.strip() != "active":
+        recover = service(lab)
+        assert recover.rc == 0, recover.failures()
+    key = lab.ssh(B300, "sed -n 's/^SGLANG_SERVICE_API_KEY=//p' /etc/sglang/sglang.env").stdout.strip()
+    assert key  # the lab binds 0.0.0.0, so the unit always has a key
+
+    def invocation() -> str:
+        return lab.ssh(B300, "systemctl show -p InvocationID --value sglang.service").stdout.strip()
+
+    def show() -> dict:
+        out = lab.ssh(B300, "systemctl show sglang.service -p Result -p ExecMainCode -p ExecMainStatus").stdout
+        return dict(line.split("=", 1) for line in out.split())
+
+    first = invocation()
+    _wait_journal(lab, B300, first, "fired up and ready to roll")
+    pid = main_pid(lab, B300)
+    children = lab.ssh(B300, f"pgrep -P {pid}").stdout.split()
+    assert children, "the launcher supervises the server as its child"
+    # the pattern comes from a file: the key on grep's own command line would be found in grep's own cmdline
+    found = lab.ssh(B300, "sed -n 's/^SGLANG_SERVICE_API_KEY=//p' /etc/sglang/sglang.env > /run/k && "
+                          "grep -laF -f /run/k /proc/[0-9]*/cmdline; rm -f /run/k; true").stdout.strip()
+    assert found == ""
+
+    lab.ssh(B300, "systemctl restart sglang.service")
+    old = _wait_journal(lab, B300, first, "clean stop, exit 0")
+    assert "Gracefully exiting" in old and "status=9/KILL" not in old and "Failed with result" not in old, old[-3000:]
+
+    second = invocation()
+    assert second and second != first
+    _wait_journal(lab, B300, second, "fired up and ready to roll")
+    lab.ssh(B300, "systemctl stop sglang.service")
+    try:
+        assert show() == {"Result": "success", "ExecMainCode": "1", "ExecMainStatus": "0"}
+        text = _wait_journal(lab, B300, second, "clean stop, exit 0")
+        assert "SIGKILL after SIGTERM was forwarded" in text and "status=9/KILL" not in text, text[-3000:]
+        for journal in (old, text):
+            assert "server_args=" in journal and "[REDACTED]" in journal
+            assert key not in journal
+    finally:
+        lab.ssh(B300, "systemctl start sglang.service")
