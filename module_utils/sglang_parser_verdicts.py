@@ -83,11 +83,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write here (default: stdout)")
     args = ap.parse_args(argv)
     corpus = json.loads(Path(args.corpus).read_text(encoding="utf-8"))
-    text = json.dumps(run(args.module, corpus), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    extractor = _extractor()
+    extractor.emit(extractor.dumps(run(args.module, corpus)), args.out)
     return 0
 
 

@@ -302,16 +302,20 @@ def dumps(schema: dict) -> str:
     return json.dumps(schema, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
 
 
+def emit(text: str, out: str | None) -> None:
+    """Write to the file `out`, or to stdout."""
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--module", default=DEFAULT_MODULE)
     ap.add_argument("--out", help="write here (default: stdout)")
     args = ap.parse_args(argv)
-    text = dumps(extract(args.module))
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    emit(dumps(extract(args.module)), args.out)
     return 0
 
 
