@@ -13,7 +13,7 @@ export PYTHONPATH := $(CURDIR)
 export LAB_NAME ?= default
 # Roles with a molecule scenario, run in this order by `make test`.
 MOLECULE_ROLES ?= $(patsubst roles/%/molecule/default/molecule.yml,%,$(wildcard roles/*/molecule/default/molecule.yml))
-APT_PACKAGES := debootstrap systemd-container tinyproxy iproute2 iptables openssh-client zstd rsync aria2 curl \
+APT_PACKAGES := debootstrap systemd-container tinyproxy iproute2 iptables openssh-client zstd rsync aria2 curl git \
 	patch python3-venv dpkg-dev gnupg
 
 .PHONY: deps venv lint unit integration molecule test demo bench lab-up lab-down lab-status clean

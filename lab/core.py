@@ -57,6 +57,12 @@ LAB_SERVICES = {
                        "--seed", "0", "--ready-file", "{dir}/testhub.ready",
                        "--repo", "demo/Kimi-K2.6-tiny:shards=4,shard_size=8MiB",
                        "--repo", "demo/Kimi-K2.6-DFlash-tiny:shards=1,shard_size=4MiB"]),
+    # The operator's SGLang "fork" for the venv role's clone route (lab/gitfork.py): the stand-in with the lab's DDTree
+    # patch committed, built from the working tree at start (fixed identity and dates: a stable sha), a bare repo
+    # served with git's dumb HTTP protocol. It describes itself in {dir}/gitfork.json: lab_services.gitfork.url
+    # (the repository URL) and .commit (branch ddtree; .base_commit: the stand-in without the patch).
+    "gitfork": (8092, ["lab.gitfork", "--bind", "{gateway}", "--port", "{port}", "--dir", "{dir}/gitfork",
+                       "--info", "{dir}/gitfork.json"]),
 }
 
 
@@ -311,6 +317,9 @@ class Lab:
                     raise LabError(f"lab service {name} did not listen on {state['gateway']}:{port} within 60s.")
                 time.sleep(0.1)
             services[name] = {"pid": proc.pid, "url": f"http://{state['gateway']}:{port}"}
+            # a service may describe itself further in {dir}/<name>.json, written before it listens (gitfork: url, commit)
+            with contextlib.suppress(OSError, ValueError):
+                services[name].update(json.loads((sdir / f"{name}.json").read_text()))
 
     def _stop_services(self, state: dict) -> None:
         for name, svc in state.get("services", {}).items():

@@ -14,6 +14,13 @@ description:
     the venv's flag schema (C(<venv>/sglang-flag-schema.json)), extracted from the venv's own argparse parser
     after the patches by module_utils/sglang_schema_extract.py run with the venv's python, so the schema is part
     of the venv's content. The live venv is untouched; venv_commit swaps the stage in.
+  - Clone route (C(clone_repo) given) - build from a fork at a pinned commit instead of a patch series on the
+    pinned base. Only when a build is needed, the host fetches exactly C(clone_commit) into C(clone_dir) (git init,
+    C(git fetch --depth 1 <url> <sha>), checkout of FETCH_HEAD; a full fetch of the branches and tags when the
+    server refuses a fetch by sha, as git's dumb HTTP protocol does), requires C(git rev-parse HEAD) to be the
+    pin, and pip installs C(<clone_dir>/<clone_subdir>) after the requirements and local packages. No patch series
+    applies (a non-empty series fails). The commit, subdir and URL (credentials stripped) are part of the recipe.
+    Check mode reports what would be fetched and fetches nothing.
 options:
   path: {description: Absolute live venv path., type: path, required: true}
   python: {description: Base interpreter for python -m venv., type: path, default: /usr/bin/python3}
@@ -32,6 +39,16 @@ options:
         C(sglang_standin.server_args)). Empty = no schema (a venv without SGLang). Part of the recipe.
     type: str
     default: sglang.srt.server_args
+  clone_repo:
+    description:
+      - Git URL of the fork (https/http/git/ssh/file URL, absolute path or user@host:path). Empty = the pypi route
+        (requirements + local packages + patch series), exactly as without the clone options.
+    type: str
+    default: ""
+  clone_commit: {description: "Full 40-hex commit sha to build (a branch or tag name is refused: it moves).", type: str, default: ""}
+  clone_subdir: {description: "Directory of the checkout with pyproject.toml (real SGLang: python); empty = the root.", type: str, default: ""}
+  clone_dir: {description: Host directory the commit is checked out into (recreated on every fetch)., type: path, default: ""}
+  clone_timeout: {description: Seconds allowed for each git step., type: int, default: 1800}
 author: [sglang-deploy]
 """
 
@@ -43,6 +60,18 @@ EXAMPLES = r"""
     requirements: /var/lib/sglang-venv/build/lab/requirements.txt
     patch_dir: /var/lib/sglang-venv/build/lab/patches
     fact_path: /etc/ansible/facts.d/sglang_venv.fact
+
+- name: Build the ddtree flavour from the operator's fork at a pinned commit (clone route)
+  venv_build:
+    path: /opt/sglang/venv
+    flavour: ddtree
+    requirements: /var/lib/sglang-venv/ddtree/requirements.txt
+    patch_dir: /var/lib/sglang-venv/ddtree/patches
+    fact_path: /etc/ansible/facts.d/sglang_venv.fact
+    clone_repo: https://github.com/example-operator/sglang.git
+    clone_commit: 0123456789abcdef0123456789abcdef01234567
+    clone_subdir: python
+    clone_dir: /var/lib/sglang-venv/ddtree/clone
 """
 
 RETURN = r"""
@@ -51,6 +80,7 @@ reason: {description: Why a build was or was not needed., type: str, returned: a
 recipe: {description: The recipe parts and recipe_hash., type: dict, returned: always}
 stage: {description: Staging directory., type: str, returned: when built}
 patches_applied: {description: Patches applied in the stage., type: list, returned: when built}
+clone: {description: "Clone route only: repo (credentials stripped), commit, subdir, fetched (bool), fetch (depth1|full|'')", type: dict, returned: when clone_repo is given}
 flag_schema: {description: "The stage's flag schema: sha256, sglang_version, options (count), module, path; {} when none was extracted.", type: dict, returned: always}
 """
 
@@ -73,6 +103,11 @@ def main():
             fact_path=dict(type="path", required=True),
             timeout=dict(type="int", default=3600),
             schema_module=dict(type="str", default="sglang.srt.server_args"),
+            clone_repo=dict(type="str", default=""),
+            clone_commit=dict(type="str", default=""),
+            clone_subdir=dict(type="str", default=""),
+            clone_dir=dict(type="path", default=""),
+            clone_timeout=dict(type="int", default=1800),
         ),
         supports_check_mode=True,
     )

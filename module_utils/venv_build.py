@@ -13,16 +13,27 @@ hash differs) or a changed recipe -> rebuild.
 The flag schema of the venv (``<venv>/sglang-flag-schema.json``) is extracted at build time from the venv's own
 argparse parser, after the patch series (module_utils/sglang_schema_extract.py, run by the stage's python), so it is
 venv content: in the manifest and the content hash, streamed with the venv, and always that venv's own flags.
+
+The clone route (``clone_repo`` given) builds from the operator's SGLang fork at a pinned commit instead of a patch
+series on the pinned base: the host fetches exactly that commit into ``clone_dir`` (``git fetch --depth 1 <url>
+<sha>``; when the server refuses a fetch by sha, e.g. git's dumb HTTP protocol, a full fetch of its branches and tags),
+checks ``git rev-parse HEAD`` is the pin, and pip installs ``<checkout>/<clone_subdir>`` after the flavour's pinned
+requirements (and local packages). The fork carries its own patches: no patch series applies in this route. The
+commit, the subdir and the repository URL without credentials are part of the recipe, so another commit rebuilds and
+the same one is a no-op that fetches nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+from urllib.parse import urlsplit, urlunsplit
 
 try:
     from ansible.module_utils.venv_manifest import ManifestError, is_venv, read_json, scan, summary
@@ -37,6 +48,12 @@ SKIP_IN_TREE_HASH = ("__pycache__", "build", "dist", ".git", ".pytest_cache")
 # The venv's flag schema, written into the venv itself (part of its content) by the "flag_schema" build step.
 FLAG_SCHEMA_NAME = "sglang-flag-schema.json"
 FLAG_SCHEMA_TIMEOUT = 300  # seconds: importing a real server_args (torch, transformers) takes 10-60 s cold
+# The clone route's pin: a full commit sha (a branch or tag name moves, a short sha may become ambiguous).
+CLONE_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+# Transports a clone URL may use: https/http/git/ssh URLs, file:// URLs, absolute paths, scp-like user@host:path.
+CLONE_URL_RE = re.compile(r"^((https?|git|ssh|file)://[^\s]+|/[^\s]*|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+)$")
+GIT_PROTOCOLS = "file:git:http:https:ssh"  # GIT_ALLOW_PROTOCOL: never ext:: or fd:: (not even through redirects)
+CLONE_TIMEOUT = 1800  # seconds per git step: a full fetch of SGLang's history moves a few hundred MB
 
 
 class BuildError(Exception):
@@ -92,8 +109,42 @@ def extractor_source() -> str:
         raise BuildError(f"cannot read the flag schema extractor's source: {exc}") from exc
 
 
+def strip_credentials(url: str) -> str:
+    """The repository URL as recorded (recipe, provenance fact, messages): no password, and for http(s) no user
+    either (a token is often passed as the user name). ssh and scp-like users are kept (not secrets)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.scheme or "@" not in parts.netloc:
+        return url
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user = userinfo.split(":", 1)[0]
+    netloc = host if parts.scheme in ("http", "https") or not user else f"{user}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def check_clone_inputs(repo: str, commit: str, subdir: str) -> None:
+    """The clone route's inputs, checked before anything is made: a URL git may fetch from, a pinned commit (a
+    full sha, never a branch name), a relative subdir inside the checkout."""
+    if not CLONE_URL_RE.match(repo or ""):
+        raise BuildError(f"clone_repo {strip_credentials(repo)!r} is not a git URL (https/http/git/ssh/file URL, an "
+                         "absolute path or user@host:path)")
+    if not CLONE_COMMIT_RE.match(commit or ""):
+        raise BuildError(f"clone_commit {commit!r} is not a pinned commit: give the full 40-hex sha (a branch or tag "
+                         "name moves, so it pins nothing)")
+    if subdir and (os.path.isabs(subdir) or os.path.normpath(subdir) != subdir.rstrip("/")
+                   or ".." in subdir.split("/")):
+        raise BuildError(f"clone_subdir {subdir!r} must be a normalised path inside the checkout (\"\" = its root)")
+
+
+def clone_part(repo: str, commit: str, subdir: str) -> dict:
+    """The recipe's record of a clone route build (credentials stripped from the URL)."""
+    return {"repo": strip_credentials(repo), "commit": commit, "subdir": subdir}
+
+
 def recipe(flavour: str, python: str, requirements: str, local_packages: list[str], patch_dir: str,
-           patches: list[str], pip_args: list[str], schema_module: str = "") -> dict:
+           patches: list[str], pip_args: list[str], schema_module: str = "", clone: dict | None = None) -> dict:
     with open(requirements, "rb") as fh:
         req = fh.read()
     parts = {
@@ -106,6 +157,8 @@ def recipe(flavour: str, python: str, requirements: str, local_packages: list[st
     }
     if schema_module:  # absent when no schema is extracted: such a recipe hashes as it did before the step existed
         parts["flag_schema"] = {"module": schema_module, "format": _extractor().SCHEMA_FORMAT}
+    if clone:  # absent on the pypi route: its recipes hash as they did before the clone route existed
+        parts["clone"] = {k: clone[k] for k in ("repo", "commit", "subdir")}
     parts["recipe_hash"] = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return parts
 
@@ -141,6 +194,68 @@ def _run(argv: list[str], env: dict, what: str, timeout: int) -> str:
         tail = (out.stdout + out.stderr).strip()[-3000:]
         raise BuildError(f"{what} failed (rc={out.returncode}): {' '.join(argv)}\n{tail}")
     return out.stdout
+
+
+def _redact(text: str, repo: str) -> str:
+    return text.replace(repo, strip_credentials(repo)) if repo else text
+
+
+def _git(args: list[str], env: dict, timeout: int, repo: str = "") -> subprocess.CompletedProcess:
+    argv = ["git", *args]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise BuildError(_redact(f"git {' '.join(args)}: timed out after {timeout}s", repo)) from exc
+
+
+def _git_head(dest: str, env: dict) -> str:
+    out = _git(["-C", dest, "rev-parse", "HEAD"], env, 60)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def fetch_commit(repo: str, commit: str, dest: str, env: dict | None = None, timeout: int = CLONE_TIMEOUT) -> dict:
+    """Check out exactly `commit` of `repo` into a fresh `dest` (removed first): git init, a depth-1 fetch of
+    the sha and a checkout of FETCH_HEAD; when the server refuses that (dumb HTTP has no shallow fetch, older or
+    stricter servers refuse unadvertised shas) a full fetch of its branches and tags, then a checkout of the sha.
+    The URL is given on the command line, never stored in the checkout's config. Returns
+    {"commit", "fetch": "depth1"|"full", "dir"}; BuildError when the commit is not there or HEAD is not the pin."""
+    if shutil.which("git", path=(env or os.environ).get("PATH")) is None:
+        raise BuildError("git is not installed on the host (the clone route needs it: add git to venv_apt_packages)")
+    shown = strip_credentials(repo)
+    env = dict(os.environ if env is None else env, GIT_TERMINAL_PROMPT="0", GIT_ALLOW_PROTOCOL=GIT_PROTOCOLS,
+               LC_ALL="C")
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
+    if os.path.lexists(dest):
+        shutil.rmtree(dest)
+    os.makedirs(dest, mode=0o755)
+    init = _git(["init", "-q", dest], env, 60)
+    if init.returncode != 0:
+        raise BuildError(f"git init {dest} failed: {init.stderr.strip()[-1000:]}")
+    git = ["-C", dest, "-c", "advice.detachedHead=false"]
+    shallow = _git([*git, "fetch", "--quiet", "--no-tags", "--depth", "1", repo, commit], env, timeout, repo)
+    if shallow.returncode == 0:
+        method, target = "depth1", "FETCH_HEAD"
+    else:
+        refused = _redact(shallow.stderr.strip()[-600:], repo)
+        full = _git([*git, "fetch", "--quiet", "--no-tags", repo, "+refs/heads/*:refs/remotes/origin/*",
+                     "+refs/tags/*:refs/tags/*"], env, timeout, repo)
+        if full.returncode != 0:
+            raise BuildError(f"cannot fetch from {shown}: fetch by sha: {refused}; full fetch: "
+                             f"{_redact(full.stderr.strip()[-1000:], repo)}")
+        if _git([*git, "cat-file", "-e", f"{commit}^{{commit}}"], env, 60).returncode != 0:
+            raise BuildError(f"commit {commit} is not in {shown}: the server refused it by sha ({refused}) and no "
+                             "branch or tag there contains it")
+        method, target = "full", commit
+    checkout = _git([*git, "checkout", "-q", "--detach", target], env, timeout)
+    if checkout.returncode != 0:
+        raise BuildError(f"git checkout {commit} in {dest} failed: {checkout.stderr.strip()[-1000:]}")
+    head = _git_head(dest, env)
+    if head != commit:
+        raise BuildError(f"the checkout of {shown} is at {head or '(no HEAD)'}, not the pinned commit {commit}")
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(dest, ".git", "FETCH_HEAD"))
+    return {"commit": head, "fetch": method, "dir": dest}
 
 
 def read_flag_schema(path: str) -> dict:
@@ -201,10 +316,11 @@ def extract_flag_schema(stage: str, live: str, schema_module: str, env: dict,
 
 def build(live: str, python: str, requirements: str, local_packages: list[str], patch_dir: str,
           patches: list[str], pip_args: list[str], import_names: list[str], env: dict | None = None,
-          timeout: int = 3600, schema_module: str = "") -> dict:
+          timeout: int = 3600, schema_module: str = "", clone_source: str = "") -> dict:
     """Build the stage for live; patches applied, imports checked, flag schema extracted (unless schema_module
-    is ""). The live path is not touched (except that an empty directory is made there as the bind-mount point
-    when no venv exists yet)."""
+    is ""). clone_source: a checked-out fork's package directory, pip installed after the requirements and the
+    local packages (with pip's build isolation: the fork's build backend is its own affair). The live path is
+    not touched (except that an empty directory is made there as the bind-mount point when no venv exists yet)."""
     p = paths(live)
     recover(live)
     env = dict(os.environ if env is None else env)
@@ -228,6 +344,10 @@ def build(live: str, python: str, requirements: str, local_packages: list[str], 
             _run(in_namespace(p["stage"], p["live"], [*pip, "--no-build-isolation", *local_packages]), env,
                  "pip install (local packages)", timeout)
             steps.append("local_packages")
+        if clone_source:
+            _run(in_namespace(p["stage"], p["live"], [*pip, clone_source]), env, "pip install (clone checkout)",
+                 timeout)
+            steps.append("clone")
         patched = apply_series(site_packages(p["stage"]), patch_dir, patches) if patches else {"applied": []}
         steps.append("patches")
         # the stage's own python finds the stage's pyvenv.cfg: imports are checked without the namespace
@@ -283,14 +403,28 @@ def write_fact(fact_path: str, data: dict, check_mode: bool = False) -> bool:
 
 def build_if_needed(path: str, python: str, flavour: str, requirements: str, local_packages: list[str],
                     patch_dir: str, require_patches: bool, pip_args: list[str], import_names: list[str],
-                    fact_path: str, timeout: int = 3600, check_mode: bool = False, schema_module: str = "") -> dict:
-    """What the venv_build module does: decide, then (unless check mode) build the stage."""
+                    fact_path: str, timeout: int = 3600, check_mode: bool = False, schema_module: str = "",
+                    clone_repo: str = "", clone_commit: str = "", clone_subdir: str = "", clone_dir: str = "",
+                    clone_timeout: int = CLONE_TIMEOUT) -> dict:
+    """What the venv_build module does: decide, then (unless check mode) build the stage. clone_repo given: the
+    clone route (fetch clone_commit into clone_dir, install <clone_dir>/<clone_subdir>; no patch series)."""
     try:
+        clone = {}
+        if clone_repo:
+            check_clone_inputs(clone_repo, clone_commit, clone_subdir)
+            if not clone_dir or not os.path.isabs(clone_dir) or os.path.normpath(clone_dir) in ("/", path):
+                raise BuildError(f"clone_dir {clone_dir!r} must be an absolute directory of its own")
+            clone = dict(clone_part(clone_repo, clone_commit, clone_subdir), fetched=False, fetch="")
+        would_fetch = (f"; would fetch {clone_commit} from {clone['repo']} into {clone_dir}"
+                       f"{' (package in ' + clone_subdir + ')' if clone_subdir else ''}") if clone else ""
         if check_mode and not (os.path.isfile(requirements) and os.path.isdir(patch_dir)):
             # the copy tasks before this one did not run for real: report the build that would happen
-            return {"built": True, "reason": "check mode: build inputs are not on the host yet", "recipe": {},
-                    "live_digest": "", "patches": [], "stage": "", "patches_applied": [], "steps": [],
-                    "flag_schema": {}}
+            result = {"built": True, "reason": "check mode: build inputs are not on the host yet", "recipe": {},
+                      "live_digest": "", "patches": [], "stage": "", "patches_applied": [], "steps": [],
+                      "flag_schema": {}}
+            if clone:
+                result.update(reason=result["reason"] + would_fetch, clone=clone)
+            return result
         if not os.path.isfile(requirements):
             raise BuildError(f"requirements file {requirements} does not exist")
         missing = [d for d in local_packages if not os.path.isfile(os.path.join(d, "pyproject.toml"))
@@ -298,14 +432,33 @@ def build_if_needed(path: str, python: str, flavour: str, requirements: str, loc
         if missing:
             raise BuildError(f"local package(s) without pyproject.toml or setup.py: {', '.join(missing)}")
         patches = read_series(patch_dir, require=require_patches)
-        parts = recipe(flavour, python, requirements, local_packages, patch_dir, patches, pip_args, schema_module)
+        if clone and patches:
+            raise BuildError(f"the clone route builds the fork as it is at {clone_commit}: the patch series in "
+                             f"{patch_dir} ({', '.join(patches)}) does not apply to it (the fork carries its patches)")
+        parts = recipe(flavour, python, requirements, local_packages, patch_dir, patches, pip_args, schema_module,
+                       clone=clone or None)
         ok, reason, live = up_to_date(path, fact_path, parts["recipe_hash"])
         result = {"built": not ok, "reason": reason, "recipe": parts, "live_digest": live.get("digest", ""),
                   "patches": patches, "stage": "", "patches_applied": [], "steps": [], "flag_schema": {}}
+        if clone:
+            result["clone"] = clone
+            if not ok and check_mode:
+                result["reason"] = f"check mode: {reason}{would_fetch}"
         if ok or check_mode:
             return result
+        clone_source = ""
+        if clone:
+            fetched = fetch_commit(clone_repo, clone_commit, clone_dir, timeout=clone_timeout)
+            clone.update(fetched=True, fetch=fetched["fetch"])
+            clone_source = os.path.join(clone_dir, clone_subdir) if clone_subdir else clone_dir
+            if not (os.path.isfile(os.path.join(clone_source, "pyproject.toml"))
+                    or os.path.isfile(os.path.join(clone_source, "setup.py"))):
+                raise BuildError(f"commit {clone_commit} of {clone['repo']} has no pyproject.toml or setup.py in "
+                                 f"{clone_subdir or 'its root'} (clone_subdir: real SGLang's package is in python/)")
         result.update(build(path, python, requirements, local_packages, patch_dir, patches, pip_args,
-                            import_names, timeout=timeout, schema_module=schema_module))
+                            import_names, timeout=timeout, schema_module=schema_module, clone_source=clone_source))
+        if clone:
+            result["steps"].insert(0, "fetch")
         return result
     except (PatchError, ManifestError, StageError, OSError) as exc:
         raise BuildError(str(exc)) from exc

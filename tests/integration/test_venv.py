@@ -216,3 +216,66 @@ def test_bad_input_fails_before_the_target_changes(lab, playbook, tmp_path, case
     assert run.changed_count("b300-lab") == 0
     assert sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg; md5sum {FACT}") == before
     assert sh(lab, "b300-lab", "test -e /opt/nothing && echo yes || echo no") == "no"
+
+
+# The clone route builds into a path, build dir and fact of its own on ct200-lab, so the lab venv the tests above
+# built (and the module's other tests rely on) stays as it is; everything it made is removed at the end.
+CLONE_VENV = "/opt/sglang-clone/venv"
+CLONE_FACT = "/etc/ansible/facts.d/sglang_venv_clone.fact"
+CLONE = {"venv_method": "build", "venv_source": "clone", "venv_clone_repo": "{{ lab_services.gitfork.url }}",
+         "venv_clone_subdir": "", "venv_local_packages": [], "venv_path": CLONE_VENV,
+         "venv_build_dir": "/var/lib/sglang-venv-clone", "venv_fact_path": CLONE_FACT}
+BUILD_TASK = "Build the venv (skipped when the live venv matches the recipe and its recorded content)"
+
+
+def test_clone_route_builds_the_forks_pinned_commit_from_the_labs_git_service(lab, playbook, tmp_path):
+    """venv_source=clone against the lab's gitfork service (the stand-in with the DDTree patch committed, served
+    with git's dumb HTTP protocol on the gateway): the host fetches exactly the pinned commit (dumb HTTP refuses a
+    shallow fetch: the full-fetch fallback), pip installs it with no local package and no patch series, and the
+    venv's parser has the fork's DDTree flags; a branch name is refused before any change; a rerun is a no-op."""
+    from lab import gitfork
+    service = lab.state()["services"]["gitfork"]
+    expected = gitfork.build_repo(tmp_path)  # deterministic: the test computes the commit the lab serves
+    commit = expected["commit"]
+    assert service["commit"] == commit and service["url"].endswith("/" + gitfork.REPO_NAME)
+    made = "ls -d /opt/sglang-clone /var/lib/sglang-venv-clone 2>/dev/null | wc -l"
+    try:
+        refused = playbook(PLAYBOOK, limit="ct200-lab", extravars={**CLONE, "venv_clone_commit": gitfork.BRANCH})
+        assert refused.rc != 0 and refused.changed_count("ct200-lab") == 0
+        assert "venv_clone_commit=ddtree is not a pinned commit" in refused.stdout, refused.stdout[-3000:]
+        assert sh(lab, "ct200-lab", made) == "0"
+
+        check = playbook(PLAYBOOK, limit="ct200-lab", extravars={**CLONE, "venv_clone_commit": commit}, check=True)
+        assert check.rc == 0, check.stdout[-4000:]
+        planned = check.result(BUILD_TASK, "ct200-lab")
+        assert planned["built"] and f"would fetch {commit} from {service['url']}" in planned["reason"], planned
+        assert sh(lab, "ct200-lab", made) == "0"  # check mode fetched and made nothing
+
+        run = playbook(PLAYBOOK, limit="ct200-lab", extravars={**CLONE, "venv_clone_commit": commit})
+        assert run.rc == 0, run.failures() + run.stdout[-4000:]
+        built = run.result(BUILD_TASK, "ct200-lab")
+        assert built["built"] and built["clone"]["fetched"] and built["clone"]["fetch"] == "full", built["clone"]
+        assert built["steps"][:1] == ["fetch"] and "clone" in built["steps"] and "local_packages" not in built["steps"]
+        assert built["patches_applied"] == [] and built["recipe"]["clone"]["commit"] == commit
+        f = json.loads(sh(lab, "ct200-lab", f"cat {CLONE_FACT}"))
+        assert f["venv_source"] == "clone" and f["clone_commit"] == commit and f["clone_repo"] == service["url"]
+        assert f["content_hash"] == remote_summary(lab, "ct200-lab", CLONE_VENV)["digest"] and f["patches"] == []
+        assert f["sglang_version"] == "0.5.11.post0+standin" and f["flag_schema_sglang_version"] == "0.5.11"
+        # the fork's DDTree patch took effect: the venv's own parser (its extracted schema) has the flags
+        schema = json.loads(sh(lab, "ct200-lab", f"cat {CLONE_VENV}/sglang-flag-schema.json"))
+        assert "--speculative-ddtree-budget" in {flag for o in schema["options"].values() for flag in o["flags"]}
+        assert f["flag_schema_sha256"] == sh(lab, "ct200-lab",
+                                             f"sha256sum {CLONE_VENV}/sglang-flag-schema.json").split()[0]
+        # the stand-in came from the checkout of the pinned commit, not from the lab's local package; no series
+        out = sh(lab, "ct200-lab", f"{CLONE_VENV}/bin/python -c 'import six, sglang_standin.server_args_patch; "
+                                   "print(hasattr(six, \"lab_patched\"))'")
+        assert out == "False"
+        assert sh(lab, "ct200-lab", "git -C /var/lib/sglang-venv-clone/lab/clone rev-parse HEAD") == commit
+
+        again = playbook(PLAYBOOK, limit="ct200-lab", extravars={**CLONE, "venv_clone_commit": commit})
+        assert again.rc == 0, again.stdout[-4000:]
+        assert again.changed_count("ct200-lab") == 0, again.stdout[-4000:]
+        noop = again.result(BUILD_TASK, "ct200-lab")
+        assert noop["built"] is False and noop["clone"]["fetched"] is False
+    finally:
+        sh(lab, "ct200-lab", f"rm -rf /opt/sglang-clone /var/lib/sglang-venv-clone {CLONE_FACT}")

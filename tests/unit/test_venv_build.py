@@ -273,3 +273,171 @@ def test_broken_schema_module_fails_the_build_with_its_stderr(tmp_path, monkeypa
     # a module that is not there at all fails the same way
     with pytest.raises(vb.BuildError, match="No module named 'tinypkg.nope'"):
         vb.build_if_needed(**dict(kw, schema_module="tinypkg.nope"))
+
+
+# ---------------------------------------------------------------- clone route (the operator's fork at a pinned commit)
+@pytest.fixture(scope="module")
+def fork(tmp_path_factory):
+    """The lab's stand-in fork (lab/gitfork.py: base on main, + the 0003 DDTree patch on ddtree), a local bare repo."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    from lab import gitfork
+    return gitfork.build_repo(tmp_path_factory.mktemp("fork"))
+
+
+def _git_out(*args) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_strip_credentials():
+    assert vb.strip_credentials("https://user:tok@github.com/o/sglang.git") == "https://github.com/o/sglang.git"
+    assert vb.strip_credentials("https://ghp_token@github.com/o/sglang.git") == "https://github.com/o/sglang.git"
+    assert vb.strip_credentials("ssh://git:pw@host:2222/o/s.git") == "ssh://git@host:2222/o/s.git"
+    for same in ("ssh://git@host/o/s.git", "git@github.com:o/sglang.git", "file:///srv/fork.git", "/srv/fork.git",
+                 "http://10.213.0.1:8092/fork.git"):
+        assert vb.strip_credentials(same) == same
+
+
+@pytest.mark.parametrize("repo, commit, subdir, message", [
+    ("https://github.com/o/sglang.git", "ddtree", "python", "'ddtree' is not a pinned commit"),
+    ("https://github.com/o/sglang.git", "main", "python", "not a pinned commit"),
+    ("https://github.com/o/sglang.git", "694d475de48f", "python", "full 40-hex sha"),
+    ("https://github.com/o/sglang.git", "694D475DE48F6453EA08704DCE4D6777DF125DDF", "", "not a pinned commit"),
+    ("ext::sh -c touch% /tmp/pwned", "0" * 40, "", "is not a git URL"),
+    ("relative/fork.git", "0" * 40, "", "is not a git URL"),
+    ("https://u:secret@github.com/o/s.git x", "0" * 40, "", "'https://github.com/o/s.git x' is not a git URL"),
+    ("https://github.com/o/sglang.git", "0" * 40, "../python", "must be a normalised path inside the checkout"),
+    ("https://github.com/o/sglang.git", "0" * 40, "/python", "must be a normalised path"),
+])
+def test_clone_inputs_refused_before_anything_is_made(tmp_path, repo, commit, subdir, message):
+    with pytest.raises(vb.BuildError, match=message) as err:
+        vb.check_clone_inputs(repo, commit, subdir)
+    assert "secret" not in str(err.value)
+    req, _, patches = inputs(tmp_path)
+    with pytest.raises(vb.BuildError, match=message):
+        vb.build_if_needed(path=str(tmp_path / "opt/venv"), python=sys.executable, flavour="ddtree",
+                           requirements=str(req), local_packages=[], patch_dir=str(patches), require_patches=False,
+                           pip_args=[], import_names=[], fact_path=str(tmp_path / "f.fact"), clone_repo=repo,
+                           clone_commit=commit, clone_subdir=subdir, clone_dir=str(tmp_path / "clone"))
+    assert not (tmp_path / "opt").exists() and not (tmp_path / "clone").exists()
+
+
+def test_recipe_hash_tracks_the_clone_commit_repo_and_subdir(tmp_path):
+    req, _, patches = inputs(tmp_path)
+    args = ("ddtree", sys.executable, str(req), [], str(patches), [], [])
+    a, b = "a" * 40, "b" * 40
+    pypi = vb.recipe(*args)
+    assert "clone" not in pypi and vb.recipe(*args, clone=None)["recipe_hash"] == pypi["recipe_hash"]
+    one = vb.recipe(*args, clone=vb.clone_part("https://github.com/o/sglang.git", a, "python"))
+    assert one["clone"] == {"repo": "https://github.com/o/sglang.git", "commit": a, "subdir": "python"}
+    same = vb.recipe(*args, clone=vb.clone_part("https://github.com/o/sglang.git", a, "python"))
+    token = vb.recipe(*args, clone=vb.clone_part("https://x:tok@github.com/o/sglang.git", a, "python"))
+    assert one["recipe_hash"] == same["recipe_hash"] == token["recipe_hash"]  # credentials are not the recipe
+    assert "tok" not in json.dumps(token)
+    others = [vb.recipe(*args, clone=vb.clone_part("https://github.com/o/sglang.git", b, "python")),
+              vb.recipe(*args, clone=vb.clone_part("https://github.com/p/sglang.git", a, "python")),
+              vb.recipe(*args, clone=vb.clone_part("https://github.com/o/sglang.git", a, ""))]
+    assert len({r["recipe_hash"] for r in others} | {one["recipe_hash"], pypi["recipe_hash"]}) == 5
+
+
+def test_fetch_commit_depth1_from_a_file_url(fork, tmp_path):
+    url = f"file://{fork['path']}"
+    got = vb.fetch_commit(url, fork["commit"], str(tmp_path / "co"))
+    assert got == {"commit": fork["commit"], "fetch": "depth1", "dir": str(tmp_path / "co")}
+    assert (tmp_path / "co/sglang_standin/server_args_patch.py").is_file()  # the fork's DDTree patch
+    assert _git_out("-C", str(tmp_path / "co"), "rev-list", "--count", "HEAD") == "1"  # shallow: one commit
+    assert url not in (tmp_path / "co/.git/config").read_text()  # the URL is not stored in the checkout
+    # a fresh checkout every time: what the previous fetch or a build left there goes
+    (tmp_path / "co/stray").write_text("x")
+    base = vb.fetch_commit(fork["path"], fork["base_commit"], str(tmp_path / "co"))
+    assert base["commit"] == fork["base_commit"] and not (tmp_path / "co/stray").exists()
+    assert not (tmp_path / "co/sglang_standin/server_args_patch.py").exists()
+
+
+def test_fetch_commit_falls_back_to_a_full_fetch_over_dumb_http(fork, tmp_path):
+    """git's dumb HTTP protocol (a static server of the bare repo, as the lab serves it) has no shallow fetch."""
+    import threading
+    from lab import gitfork
+    server = gitfork.serve(str(Path(fork["path"]).parent), "127.0.0.1", 0)
+    server.server_activate()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{gitfork.REPO_NAME}"
+        got = vb.fetch_commit(url, fork["commit"], str(tmp_path / "co"))
+        assert got["fetch"] == "full" and got["commit"] == fork["commit"]
+        # a commit that is not a branch tip: found in the full history
+        assert vb.fetch_commit(url, fork["base_commit"], str(tmp_path / "co2"))["commit"] == fork["base_commit"]
+        with pytest.raises(vb.BuildError, match="shallow.* no branch or tag there contains it") as err:
+            vb.fetch_commit(url.replace("http://", "http://user:s3cret@"), "1" * 40, str(tmp_path / "co3"))
+        assert "1" * 40 in str(err.value) and "s3cret" not in str(err.value)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_fetch_commit_refuses_a_wrong_sha(fork, tmp_path):
+    with pytest.raises(vb.BuildError, match=f"commit {'2' * 40} is not in") as err:
+        vb.fetch_commit(fork["path"], "2" * 40, str(tmp_path / "co"))
+    assert fork["path"] in str(err.value)
+
+
+def test_fetch_commit_fails_when_head_is_not_the_pin(fork, tmp_path, monkeypatch):
+    monkeypatch.setattr(vb, "_git_head", lambda dest, env: fork["base_commit"])
+    with pytest.raises(vb.BuildError) as err:
+        vb.fetch_commit(fork["path"], fork["commit"], str(tmp_path / "co"))
+    assert f"is at {fork['base_commit']}, not the pinned commit {fork['commit']}" in str(err.value)
+
+
+def test_the_lab_fork_has_stable_commits(fork, tmp_path):
+    from lab import gitfork
+    again = gitfork.build_repo(tmp_path)
+    assert (again["commit"], again["base_commit"]) == (fork["commit"], fork["base_commit"])
+    assert _git_out("--git-dir", again["path"], "rev-parse", "ddtree", "main") == \
+        f"{fork['commit']}\n{fork['base_commit']}"
+    assert (Path(again["path"]) / "info/refs").is_file()  # ready for dumb HTTP
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and mount namespaces")
+def test_clone_route_builds_the_forks_commit_then_the_same_commit_is_a_noop(fork, tmp_path, monkeypatch):
+    """The fork (the stand-in with the DDTree patch committed) pip installed from a checkout of its pinned commit:
+    no local package, no patch series, yet the venv's parser has the DDTree flags. Same commit again: nothing, not
+    even a fetch; another commit: a rebuild (check mode says what it would fetch)."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    req = tmp_path / "req.txt"
+    req.write_text("# nothing from an index\n")
+    (tmp_path / "p").mkdir()
+    url = f"file://{fork['path']}"
+    clone_dir = tmp_path / "build/clone"
+    kw = _build_kw(tmp_path, req, import_names=["sglang_standin"], schema_module="sglang_standin.server_args",
+                   clone_repo=url, clone_commit=fork["commit"], clone_subdir="", clone_dir=str(clone_dir))
+    r = vb.build_if_needed(**kw)
+    assert r["built"] and r["steps"] == ["fetch", "venv", "requirements", "clone", "patches", "imports", "flag_schema"]
+    assert r["clone"] == {"repo": url, "commit": fork["commit"], "subdir": "", "fetched": True, "fetch": "depth1"}
+    assert r["recipe"]["clone"] == {"repo": url, "commit": fork["commit"], "subdir": ""}
+    assert r["patches_applied"] == []
+    doc = json.loads((Path(r["stage"]) / vb.FLAG_SCHEMA_NAME).read_text())
+    assert "--speculative-ddtree-budget" in {f for o in doc["options"].values() for f in o["flags"]}
+    live = Path(kw["path"])
+    c = vs.commit(str(live))
+    fields = {"recipe_hash": r["recipe"]["recipe_hash"], "venv_source": "clone", "clone_repo": r["clone"]["repo"],
+              "clone_commit": r["clone"]["commit"], "clone_subdir": r["clone"]["subdir"]}
+    changed, prov = vb.provenance(str(live), kw["fact_path"], c["digest"], fields, "sglang-standin", "sglang_standin")
+    assert changed and prov["clone_commit"] == fork["commit"] and prov["venv_source"] == "clone"
+    assert prov["sglang_version"] == "0.5.11.post0+standin" and prov["flag_schema_sglang_version"] == "0.5.11"
+    # the same commit: a no-op that fetches nothing (the checkout is not touched)
+    marker = clone_dir / "left-by-the-first-build"
+    marker.write_text("x")
+    again = vb.build_if_needed(**kw)
+    assert not again["built"] and "matches" in again["reason"] and again["clone"]["fetched"] is False
+    assert marker.exists()
+    # another commit: check mode says what would be fetched and changes nothing
+    other = vb.build_if_needed(**dict(kw, clone_commit=fork["base_commit"]), check_mode=True)
+    assert other["built"] and "recipe changed" in other["reason"]
+    assert f"would fetch {fork['base_commit']} from {url}" in other["reason"] and other["clone"]["fetched"] is False
+    assert marker.exists() and not Path(vs.paths(str(live))["stage"]).exists()
+    # no patch series in this route: the fork carries its patches
+    shutil.copy(LAB_SERIES / DDTREE_PATCH, tmp_path / "p" / DDTREE_PATCH)
+    with pytest.raises(vb.BuildError, match="does not apply to it"):
+        vb.build_if_needed(**dict(kw, clone_commit=fork["base_commit"]))
+    assert marker.exists()
