@@ -107,8 +107,8 @@ def algorithm(speculative) -> str:
 
 
 def _spec_flag(schema, algo: str, key: str) -> str:
-    """The flag a speculative key names in this version (the first candidate the schema has), else the first
-    candidate (which the problems then report as unknown)."""
+    """The flag a speculative key names in this version: the first candidate the schema has; else another version's
+    spelling, else the algorithm family's (which the problems then report as unknown, with any replacement)."""
     key = key[len("speculative_"):] if key.startswith("speculative_") else key
     name = key.replace("_", "-")
     candidates = [f"--speculative-{name}"] + [f"--speculative-{fam}-{name}" for fam in SPEC_FAMILIES.get(algo, ())]
@@ -158,8 +158,7 @@ def render(server: dict, speculative: dict | None, extra_args: dict | None, sche
         argv += _words_for(schema, flag, value)
     for flag, value in (extra_args or {}).items():
         flag = flag if flag.startswith("--") else "--" + flag.replace("_", "-")
-        argv += _words_for(schema, flag, value) if schema.lookup(flag) else (
-            [flag] if value is True else [flag, _fmt(value)] if value not in (None, False, "") else [])
+        argv += _words_for(schema, flag, value)
     return argv
 
 
