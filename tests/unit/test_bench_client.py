@@ -153,22 +153,41 @@ def test_counts_every_token_of_every_request(backend):
 
 
 def test_measures_known_ttft_and_itl():
+    """End to end, only what load cannot break: the client cannot see a first token before the server's 50 ms
+    sleep ended, and TPOT is ITL when every chunk holds one token. (The tracker's arithmetic is tested exactly
+    below, on timestamps it is given; how close the figures come to the server's settings is bench_harness's job.)"""
     with FixtureServer(ttft=0.05, itl=0.01) as server:
         row = cell(server, concurrency=2, num_prompts=4, output_len=11)
     assert row["status"] == "ok", row
-    assert row["mean_ttft_ms"] == pytest.approx(50, rel=0.5)
-    assert row["mean_itl_ms"] == pytest.approx(10, rel=0.5)
-    # TPOT = (latency - ttft) / (n - 1): with constant ITL it equals the ITL.
+    assert row["mean_ttft_ms"] >= 50 and row["mean_itl_ms"] > 0
+    # TPOT = (latency - ttft) / (n - 1): with one token per chunk it equals the mean ITL.
     assert row["mean_tpot_ms"] == pytest.approx(row["mean_itl_ms"], rel=0.05)
 
 
-def test_multi_token_chunks_split_the_gap_like_bench_serving():
+def test_tracker_splits_a_multi_token_chunk_gap_like_bench_serving():
+    tracker = bench_client._Tracker("sglang", prompt_len=3, keep_text=False)
+    tracker.st = 100.0
+    for n, now in ((1, 100.050), (5, 100.070), (9, 100.090)):  # two 4-token chunks, 20 ms apart
+        tracker.on_event(json.dumps({"text": "t" * n, "meta_info": {"completion_tokens": n}}), now)
+    assert tracker.result.ttft == pytest.approx(0.050)
+    assert tracker.result.itl == pytest.approx([0.005] * 8)
+    assert tracker.result.output_len == 9
+
+
+def test_tracker_counts_one_token_per_openai_chunk():
+    tracker = bench_client._Tracker("sglang-oai-chat", prompt_len=3, keep_text=True)
+    tracker.st = 10.0
+    for i, now in enumerate((10.2, 10.25, 10.35)):
+        tracker.on_event(json.dumps({"choices": [{"delta": {"content": f"w{i}"}}]}), now)
+    assert tracker.result.ttft == pytest.approx(0.2) and tracker.result.itl == pytest.approx([0.05, 0.1])
+    assert tracker.texts == ["w0", "w1", "w2"]
+
+
+def test_multi_token_chunks_are_all_counted():
     with FixtureServer(itl=0.02, tokens_per_chunk=4) as server:
         row = cell(server, concurrency=1, num_prompts=2, output_len=9)
     assert row["status"] == "ok", row
     assert row["total_output_tokens"] == 18
-    # Each 4-token chunk after a 20 ms gap gives four 5 ms ITL samples.
-    assert row["median_itl_ms"] == pytest.approx(5, rel=0.5)
 
 
 def test_accept_length_read_from_server_info():

@@ -71,7 +71,8 @@ class LocalServer:
     def start(self) -> "LocalServer":
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, bufsize=1)
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pumper = threading.Thread(target=self._pump, daemon=True)
+        self._pumper.start()
         return self
 
     def _pump(self) -> None:
@@ -104,8 +105,12 @@ class LocalServer:
                 return line
 
     def wait_exit(self, timeout: float = 20.0) -> int:
+        """The exit status, once the process ended AND its last log lines are in self.lines (the pump has read the
+        pipe to its end): a test may read the log right after."""
         assert self.proc
-        return self.proc.wait(timeout=timeout)
+        rc = self.proc.wait(timeout=timeout)
+        self._pumper.join(timeout)
+        return rc
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.proc and self.proc.poll() is None:
