@@ -56,7 +56,8 @@ LAB_SERVICES = {
     "testhub": (8090, ["lab.testhub", "--bind", "{gateway}", "--port", "{port}", "--file-port", "8091",
                        "--seed", "0", "--ready-file", "{dir}/testhub.ready",
                        "--repo", "demo/Kimi-K2.6-tiny:shards=4,shard_size=8MiB",
-                       "--repo", "demo/Kimi-K2.6-DFlash-tiny:shards=1,shard_size=4MiB"]),
+                       "--repo", "demo/Kimi-K2.6-DFlash-tiny:shards=1,shard_size=4MiB",
+                       "--repo", "lab/sharegpt-mini:type=dataset"]),
     # The operator's SGLang "fork" for the venv role's clone route (lab/gitfork.py): the stand-in with the lab's DDTree
     # patch committed, built from the working tree at start (fixed identity and dates: a stable sha), a bare repo
     # served with git's dumb HTTP protocol. It describes itself in {dir}/gitfork.json: lab_services.gitfork.url

@@ -6,7 +6,7 @@ from __future__ import absolute_import, division, print_function
 DOCUMENTATION = r"""
 ---
 module: hf_model
-short_description: Fetch a Hugging Face Hub model repository at a pinned revision, resumably and verified
+short_description: Fetch a Hugging Face Hub model or dataset repository at a pinned revision, resumably and verified
 description:
   - Resolves I(revision) to its commit sha, lists the tree (huggingface_hub HfApi when importable, else a stdlib
     client speaking the same protocol), refuses hostile entries (absolute paths, C(..), duplicates, sizes that
@@ -19,6 +19,8 @@ description:
   - A byte-progress watchdog kills a transfer that made no progress for I(stall_timeout) seconds and retries it
     with exponential backoff (at most I(retries) times per file).
   - Progress is written to C(<dest>/.hf_model/progress.json) about once a second (see hf_model_progress).
+  - A dataset repository (I(repo_type=dataset), e.g. a ShareGPT-format JSON file for the benchmark) gets exactly
+    the same treatment; it is read from the Hub's C(/api/datasets/) and C(/datasets/<repo_id>/resolve/) routes.
   - Runs on the target. hf_transfer must be importable by the interpreter that runs the module (the models role
     runs it from its tool venv); check mode needs only the standard library.
 options:
@@ -26,12 +28,24 @@ options:
     description: Repository id, C(namespace/name).
     type: str
     required: true
+  repo_type:
+    description:
+      - Kind of Hub repository, as huggingface_hub's C(repo_type). C(model) reads C(/api/models/<repo_id>) and
+        C(<endpoint>/<repo_id>/resolve/...); C(dataset) reads C(/api/datasets/<repo_id>) and
+        C(<endpoint>/datasets/<repo_id>/resolve/...). Recorded in the manifest.
+      - A repository asked for under the wrong type is not found (the Hub answers 404 RepoNotFound); the error
+        names the type that was asked for.
+    type: str
+    choices: [model, dataset]
+    default: model
   revision:
     description: Branch, tag or full commit sha. A sha must come back unchanged.
     type: str
     default: main
   dest:
-    description: Model directory. Created when missing; C(.hf_model/) inside it holds the manifest, progress, lock and partial files.
+    description:
+      - Model (or dataset) directory. Created when missing; C(.hf_model/) inside it holds the manifest, progress,
+        lock and partial files.
     type: path
     required: true
   endpoint:
@@ -118,7 +132,7 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Fetch the drafter (long runs: use async + hf_model_progress, as roles/models does)
+- name: "Fetch the drafter (long runs: use async + hf_model_progress, as roles/models does)"
   hf_model:
     repo_id: example-org/Kimi-K2.6-DFlash
     revision: 0123456789abcdef0123456789abcdef01234567
@@ -127,9 +141,23 @@ EXAMPLES = r"""
   no_log: false
   vars:
     ansible_python_interpreter: /opt/sglang/hf-tools/bin/python
+
+- name: Fetch a ShareGPT-format benchmark dataset (a Hub dataset repository)
+  hf_model:
+    repo_id: example-org/sharegpt-bench
+    repo_type: dataset
+    revision: 0123456789abcdef0123456789abcdef01234567
+    dest: /srv/models/sharegpt-bench
+    allow_patterns: ["*.json"]
+  vars:
+    ansible_python_interpreter: /opt/sglang/hf-tools/bin/python
 """
 
 RETURN = r"""
+repo_type:
+  description: Kind of repository fetched (model or dataset; recorded in the manifest as C(repo_type)).
+  type: str
+  returned: always
 sha:
   description: Commit sha the revision resolved to (recorded in the manifest).
   type: str
@@ -171,7 +199,7 @@ bytes_resumed:
   type: int
   returned: when fetching
 manifest:
-  description: Path of the verified manifest.
+  description: Path of the verified manifest (repo_id, repo_type, revision and every verified file).
   type: str
   returned: always
 """
@@ -189,6 +217,7 @@ except ImportError:  # pragma: no cover - plain python (tests) path
 
 ARGS = dict(
     repo_id=dict(type="str", required=True),
+    repo_type=dict(type="str", choices=["model", "dataset"], default="model"),
     revision=dict(type="str", default="main"),
     dest=dict(type="path", required=True),
     endpoint=dict(type="str", default="https://huggingface.co"),

@@ -52,8 +52,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 try:
     from ansible.module_utils.hf_verify import Hasher, fsync_dir
+    from ansible.module_utils.hf_hub import file_url, validate_repo_type
 except ImportError:
     from module_utils.hf_verify import Hasher, fsync_dir
+    from module_utils.hf_hub import file_url, validate_repo_type
 
 MiB = 1 << 20
 STATE_DIR = ".hf_model"
@@ -754,13 +756,15 @@ class FileTask:
 
 class Fetcher:
     """Fetch `remotes` (RemoteFile list) into dest_dir. on_verified(remote, final_path, sha256) is called for every
-    file whose hash matched and that was moved into place."""
+    file whose hash matched and that was moved into place. repo_type "dataset" fetches from
+    {endpoint}/datasets/{repo_id}/resolve/... (a model from {endpoint}/{repo_id}/resolve/...)."""
 
     def __init__(self, endpoint, repo_id, sha, dest_dir, token=None, lanes=2, max_files=6, chunk_size=8 * MiB,
                  stall_timeout=60.0, retries=5, hash_retries=2, backoff=2.0, backoff_max=60.0, inner_retries=3,
-                 python=None, progress=None, on_verified=None, clock=time.monotonic, direct=True):
+                 python=None, progress=None, on_verified=None, clock=time.monotonic, direct=True, repo_type="model"):
         if hash_retries < 0 or retries < 0 or lanes < 1 or max_files < 1 or chunk_size < MiB:
             raise ValueError("bad transfer settings")
+        self.repo_type = validate_repo_type(repo_type)
         self.endpoint = endpoint.rstrip("/")
         self.repo_id = repo_id
         self.sha = sha
@@ -789,7 +793,7 @@ class Fetcher:
                       "bytes_fetched": 0, "bytes_resumed": 0, "errors": [], "sparse": True}
 
     def url_for(self, remote):
-        return "%s/%s/resolve/%s/%s" % (self.endpoint, self.repo_id, self.sha, urllib.parse.quote(remote.path))
+        return file_url(self.endpoint, self.repo_id, self.sha, remote.path, self.repo_type)
 
     def run(self, remotes):
         os.makedirs(self.parts_root, mode=0o700, exist_ok=True)

@@ -6,6 +6,11 @@ Runs on the target. When huggingface_hub is importable (the role's tool venv) it
 (endpoint=HF_ENDPOINT); otherwise (check mode / preflight on the system python3) a stdlib client speaks the same
 protocol: GET /api/models/{repo}/revision/{rev} and GET /api/models/{repo}/tree/{sha}?recursive=true, paged by a
 `Link: <...>; rel="next"` header.
+
+Repository types (huggingface_hub's repo_type): "model" (the default) and "dataset". A dataset lives under
+/api/datasets/{repo}/... and its files under {endpoint}/datasets/{repo}/resolve/{sha}/{path} (huggingface_hub
+constants.REPO_TYPES_URL_PREFIXES); everything else (tree entries, LFS sha256, redirects) is the same protocol.
+Any other type is refused before a request is made.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -22,6 +27,10 @@ SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 USER_AGENT = "sglang-deploy-hf_model/1"
+REPO_TYPES = ("model", "dataset")
+# API collection and file URL prefix of each repo type (huggingface_hub: f"/api/{repo_type}s/", REPO_TYPES_URL_PREFIXES)
+_API_COLLECTION = {"model": "models", "dataset": "datasets"}
+_URL_PREFIX = {"model": "", "dataset": "datasets/"}
 
 
 class HubError(Exception):
@@ -65,6 +74,21 @@ def validate_repo_id(repo_id):
     if not isinstance(repo_id, str) or not REPO_RE.match(repo_id) or ".." in repo_id:
         raise HubError("invalid repo id %r: expected 'namespace/name'" % (repo_id,), code="BadInput")
     return repo_id
+
+
+def validate_repo_type(repo_type):
+    """'model' or 'dataset' (None means 'model'); anything else raises HubError(code='BadInput')."""
+    if repo_type is None:
+        return "model"
+    if not isinstance(repo_type, str) or repo_type not in REPO_TYPES:
+        raise HubError("invalid repo_type %r: expected one of %s" % (repo_type, ", ".join(REPO_TYPES)),
+                       code="BadInput")
+    return repo_type
+
+
+def api_url(endpoint, repo_type, repo_id):
+    """{endpoint}/api/models/{repo_id} or {endpoint}/api/datasets/{repo_id}."""
+    return "%s/api/%s/%s" % (endpoint.rstrip("/"), _API_COLLECTION[validate_repo_type(repo_type)], repo_id)
 
 
 def safe_relpath(path):
@@ -225,8 +249,11 @@ def quote_rev(revision):
     return urllib.parse.quote(revision, safe="")
 
 
-def file_url(endpoint, repo_id, sha, path):
-    return "%s/%s/resolve/%s/%s" % (endpoint.rstrip("/"), repo_id, sha, urllib.parse.quote(path))
+def file_url(endpoint, repo_id, sha, path, repo_type="model"):
+    """{endpoint}/{repo_id}/resolve/{sha}/{path} for a model, {endpoint}/datasets/{repo_id}/resolve/... for a
+    dataset (huggingface_hub's hf_hub_url)."""
+    return "%s/%s%s/resolve/%s/%s" % (endpoint.rstrip("/"), _URL_PREFIX[validate_repo_type(repo_type)], repo_id, sha,
+                                      urllib.parse.quote(path))
 
 
 def _have_hf_hub():
@@ -237,17 +264,31 @@ def _have_hf_hub():
         return False
 
 
-def resolve_revision(endpoint, repo_id, revision, token=None, use_hf_hub=None):
-    """Branch, tag or sha -> commit sha (40 hex)."""
+def resolve_revision(endpoint, repo_id, revision, token=None, use_hf_hub=None, repo_type="model"):
+    """Branch, tag or sha -> commit sha (40 hex). A repository that is not there as `repo_type` (e.g. a dataset
+    asked for as a model) raises HubError(code='RepoNotFound') naming the type."""
     validate_repo_id(repo_id)
+    repo_type = validate_repo_type(repo_type)
     if use_hf_hub is None:
         use_hf_hub = _have_hf_hub()
-    if use_hf_hub:
-        sha = _hfapi_call(endpoint, token, lambda api: api.model_info(repo_id, revision=revision).sha)
-    else:
-        data, _ = http_json("%s/api/models/%s/revision/%s" % (endpoint.rstrip("/"), repo_id, quote_rev(revision)),
-                            token=token)
-        sha = data.get("sha") if isinstance(data, dict) else None
+    try:
+        if use_hf_hub:
+            if repo_type == "model":
+                sha = _hfapi_call(endpoint, token, lambda api: api.model_info(repo_id, revision=revision).sha)
+            else:
+                sha = _hfapi_call(endpoint, token,
+                                  lambda api: api.repo_info(repo_id, revision=revision, repo_type=repo_type).sha)
+        else:
+            data, _ = http_json("%s/revision/%s" % (api_url(endpoint, repo_type, repo_id), quote_rev(revision)),
+                                token=token)
+            sha = data.get("sha") if isinstance(data, dict) else None
+    except HubError as err:
+        if err.code != "RepoNotFound":
+            raise
+        hint = "; ".join("a %s repository needs repo_type: %s" % (t, t) for t in REPO_TYPES if t != repo_type)
+        raise HubError("%s repository %s not found on %s (%s; a private or gated repository also answers so "
+                       "without a valid token): %s" % (repo_type, repo_id, endpoint.rstrip("/"), hint, err),
+                       code=err.code, status=err.status)
     if not isinstance(sha, str) or not SHA1_RE.match(sha):
         raise HubError("revision %r of %s resolved to %r, not a commit sha" % (revision, repo_id, sha),
                        code="BadRevision")
@@ -256,15 +297,17 @@ def resolve_revision(endpoint, repo_id, revision, token=None, use_hf_hub=None):
     return sha
 
 
-def list_tree(endpoint, repo_id, sha, token=None, use_hf_hub=None, max_pages=10000):
-    """All files of the repository at `sha` (recursive), validated."""
+def list_tree(endpoint, repo_id, sha, token=None, use_hf_hub=None, max_pages=10000, repo_type="model"):
+    """All files of the repository (of `repo_type`) at `sha` (recursive), validated."""
     validate_repo_id(repo_id)
+    repo_type = validate_repo_type(repo_type)
     if use_hf_hub is None:
         use_hf_hub = _have_hf_hub()
     if use_hf_hub:
         def listing(api):
             raw = []
-            for item in api.list_repo_tree(repo_id, revision=sha, recursive=True):
+            kw = {"repo_type": repo_type} if repo_type != "model" else {}
+            for item in api.list_repo_tree(repo_id, revision=sha, recursive=True, **kw):
                 if hasattr(item, "blob_id"):
                     e = {"type": "file", "path": item.path, "size": item.size, "oid": item.blob_id}
                     if item.lfs is not None:
@@ -278,7 +321,7 @@ def list_tree(endpoint, repo_id, sha, token=None, use_hf_hub=None, max_pages=100
         entries = _hfapi_call(endpoint, token, listing)
     else:
         entries = []
-        url = "%s/api/models/%s/tree/%s?recursive=true&expand=false" % (endpoint.rstrip("/"), repo_id, sha)
+        url = "%s/tree/%s?recursive=true&expand=false" % (api_url(endpoint, repo_type, repo_id), sha)
         pages = 0
         while url:
             pages += 1

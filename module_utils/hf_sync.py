@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 """Bring one model directory to a pinned Hub revision: the single entry point of library/hf_model.py.
 
+The repository is a model (repo_type "model", the default) or a dataset (repo_type "dataset": same guarantees, the
+Hub's /api/datasets/ and /datasets/<repo>/resolve/ routes); any other type is refused before anything is asked or
+written, and the manifest records the type.
+
 Order: validate -> resolve the revision to a sha -> list and validate the tree -> lock the directory (taking
 over from a stale worker) -> plan (manifest says verified + size/mtime unchanged = skip) -> free-space preflight
 -> verify files present but not vouched for -> fetch the rest (module_utils/hf_fetch.py) -> manifest.
@@ -17,12 +21,14 @@ import threading
 import time
 
 try:
-    from ansible.module_utils.hf_hub import HubError, filter_files, list_tree, resolve_revision, validate_repo_id
+    from ansible.module_utils.hf_hub import (HubError, filter_files, list_tree, resolve_revision, validate_repo_id,
+                                             validate_repo_type)
     from ansible.module_utils.hf_verify import Manifest, verify_files
     from ansible.module_utils.hf_fetch import STATE_DIR, FetchError, Fetcher, FileTask, kill_pid
     from ansible.module_utils import hf_progress
 except ImportError:
-    from module_utils.hf_hub import HubError, filter_files, list_tree, resolve_revision, validate_repo_id
+    from module_utils.hf_hub import (HubError, filter_files, list_tree, resolve_revision, validate_repo_id,
+                                     validate_repo_type)
     from module_utils.hf_verify import Manifest, verify_files
     from module_utils.hf_fetch import STATE_DIR, FetchError, Fetcher, FileTask, kill_pid
     from module_utils import hf_progress
@@ -33,6 +39,7 @@ DEFAULTS = {
     "token": None, "lanes": 2, "connections": 6, "chunk_size_mb": 8, "inner_retries": 3,
     "stall_timeout": 60, "retries": 5, "hash_retries": 2, "backoff": 2.0, "backoff_max": 60.0,
     "free_space_margin_mb": 1024, "lock_timeout": 60, "name": None, "hash_workers": 0, "use_hf_hub": None,
+    "repo_type": "model",
 }
 
 
@@ -121,12 +128,15 @@ def sync(params, check_mode=False, python=None):
     p.update({k: v for k, v in params.items() if v is not None})
     started = time.monotonic()
     repo_id = validate_repo_id(p["repo_id"])
+    repo_type = validate_repo_type(p["repo_type"])
     dest = os.path.abspath(p["dest"])
     if p["verify"] not in ("quick", "full"):
         raise SyncError("verify must be quick or full, got %r" % p["verify"])
     name = p["name"] or os.path.basename(dest)
-    sha = resolve_revision(p["endpoint"], repo_id, p["revision"], token=p["token"], use_hf_hub=p["use_hf_hub"])
-    files = filter_files(list_tree(p["endpoint"], repo_id, sha, token=p["token"], use_hf_hub=p["use_hf_hub"]),
+    sha = resolve_revision(p["endpoint"], repo_id, p["revision"], token=p["token"], use_hf_hub=p["use_hf_hub"],
+                           repo_type=repo_type)
+    files = filter_files(list_tree(p["endpoint"], repo_id, sha, token=p["token"], use_hf_hub=p["use_hf_hub"],
+                                   repo_type=repo_type),
                          p["allow_patterns"], p["ignore_patterns"])
     if not files:
         raise SyncError("%s@%s: no file matches allow_patterns=%s ignore_patterns=%s"
@@ -135,8 +145,11 @@ def sync(params, check_mode=False, python=None):
     state_dir = os.path.join(dest, STATE_DIR)
     manifest = Manifest.load(os.path.join(state_dir, "manifest.json"))
     ok, to_hash, to_fetch = plan(files, dest, manifest, p["verify"])
+    # the manifest names another commit or repo type: saving it is a change even when no byte moves
+    stale_manifest = manifest.revision != sha or manifest.repo_type != repo_type
     result = {
-        "changed": False, "repo_id": repo_id, "revision": p["revision"], "sha": sha, "dest": dest,
+        "changed": False, "repo_id": repo_id, "repo_type": repo_type, "revision": p["revision"], "sha": sha,
+        "dest": dest,
         "files_total": len(files), "bytes_total": total, "files_verified_by_manifest": len(ok),
         "files_to_hash": len(to_hash), "files_to_fetch": len(to_fetch),
         "bytes_to_fetch": sum(f.size for f in to_fetch),
@@ -148,7 +161,7 @@ def sync(params, check_mode=False, python=None):
     free = free_bytes(dest)
     result.update(free_bytes=free, bytes_needed=need, bytes_journaled=already)
     if check_mode:
-        result["changed"] = bool(to_fetch) or manifest.revision != sha
+        result["changed"] = bool(to_fetch) or stale_manifest
         result["space_ok"] = free >= need
         return result
     if free < need:
@@ -187,6 +200,7 @@ def sync(params, check_mode=False, python=None):
     try:
         hf_progress.write(progress_path, prog)
         manifest.repo_id = repo_id
+        manifest.repo_type = repo_type
         verified, refetched_after_hash = [], []
         if to_hash:
             res = verify_files([(f, os.path.join(dest, f.path)) for f in to_hash], workers=p["hash_workers"] or None)
@@ -219,7 +233,7 @@ def sync(params, check_mode=False, python=None):
         if to_fetch:
             for f in to_fetch:
                 manifest.forget(f.path)
-            fetcher = Fetcher(p["endpoint"], repo_id, sha, dest, token=p["token"],
+            fetcher = Fetcher(p["endpoint"], repo_id, sha, dest, token=p["token"], repo_type=repo_type,
                               lanes=int(p["lanes"]), max_files=int(p["connections"]),
                               inner_retries=int(p["inner_retries"]),
                               chunk_size=int(p["chunk_size_mb"]) * MiB, stall_timeout=float(p["stall_timeout"]),
@@ -227,7 +241,7 @@ def sync(params, check_mode=False, python=None):
                               backoff=float(p["backoff"]), backoff_max=float(p["backoff_max"]), python=python,
                               progress=report, on_verified=on_verified)
             stats = fetcher.run(to_fetch)
-        changed_rev = manifest.revision != sha
+        changed_rev = stale_manifest
         manifest.revision = sha
         manifest.save()
         _prune_parts(state_dir, files, dest)

@@ -2,9 +2,9 @@
 """Hashing and the verified manifest of a model directory.
 
 Every LFS file must hash to the Hub's sha256, every non-LFS file to its git blob sha1 (sha1 of b"blob <size>\\0" +
-bytes). A file enters the manifest (<dir>/.hf_model/manifest.json: revision, path, size, sha256, mtime) only after
-its hash matched, so a rerun trusts (size, mtime_ns) from the manifest and stays O(files); `full` rehashes every
-file, in parallel across files (hashlib releases the GIL on large buffers, so threads use every core).
+bytes). A file enters the manifest (<dir>/.hf_model/manifest.json: repo id and type, revision, path, size, sha256,
+mtime) only after its hash matched, so a rerun trusts (size, mtime_ns) from the manifest and stays O(files); `full`
+rehashes every file, in parallel across files (hashlib releases the GIL on large buffers, so threads use every core).
 """
 from __future__ import absolute_import, division, print_function
 
@@ -87,12 +87,14 @@ def verify_files(items, workers=None):
 
 
 class Manifest:
-    """<dir>/.hf_model/manifest.json: {"version", "repo_id", "revision", "files": {path: {size, sha256, blob_sha1,
-    mtime_ns, revision}}}. Written atomically (tmp + fsync + rename)."""
+    """<dir>/.hf_model/manifest.json: {"version", "repo_id", "repo_type", "revision", "files": {path: {size, sha256,
+    blob_sha1, mtime_ns, revision}}}. Written atomically (tmp + fsync + rename). repo_type is "model" or "dataset";
+    a manifest written before repo_type was recorded is a model's."""
 
-    def __init__(self, path, repo_id=None, revision=None, files=None):
+    def __init__(self, path, repo_id=None, revision=None, files=None, repo_type="model"):
         self.path = path
         self.repo_id = repo_id
+        self.repo_type = repo_type
         self.revision = revision
         self.files = files or {}
 
@@ -106,7 +108,7 @@ class Manifest:
         if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
             return cls(path)
         files = data.get("files") if isinstance(data.get("files"), dict) else {}
-        return cls(path, data.get("repo_id"), data.get("revision"), files)
+        return cls(path, data.get("repo_id"), data.get("revision"), files, repo_type=data.get("repo_type") or "model")
 
     def is_current(self, remote, local):
         """True when the manifest vouches for `local` as `remote` without rehashing: same expected hash, and the
@@ -134,7 +136,8 @@ class Manifest:
         self.files.pop(path, None)
 
     def save(self):
-        data = {"version": MANIFEST_VERSION, "repo_id": self.repo_id, "revision": self.revision,
+        data = {"version": MANIFEST_VERSION, "repo_id": self.repo_id, "repo_type": self.repo_type,
+                "revision": self.revision,
                 "files": dict(sorted(self.files.items()))}
         tmp = "%s.tmp.%d" % (self.path, os.getpid())
         with open(tmp, "w") as f:

@@ -1,6 +1,6 @@
 """CLI: python -m lab.testhub --bind ADDR --port N --seed S [--file-port M] [--repo SPEC ...] [--faults JSON]
 
-Prints one JSON line {"endpoint", "file_port", "pid", "repos"} once both servers listen (and writes it to
+Prints one JSON line {"endpoint", "file_port", "pid", "repos", "repo_types"} once both servers listen (and writes it to
 --ready-file when given), then serves until SIGTERM/SIGINT.
 """
 from __future__ import annotations
@@ -24,8 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file-port", type=int, default=0, help="port of the LFS file server (0 = any free port)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repo", action="append", default=[],
-                    help='"org/name[:shards=N,shard_size=1GiB,small=false,hostile=dotdot|absolute|size_lie]"; '
-                         "repeatable; default: the built-in small set")
+                    help='"org/name[:type=model|dataset,shards=N,shard_size=1GiB,small=false,'
+                         'hostile=dotdot|absolute|size_lie]"; repeatable; default: the built-in small set (with the '
+                         "dataset lab/sharegpt-mini). A dataset (type=dataset) holds README.md and sharegpt_mini.json "
+                         "(ShareGPT format) unless small=false, plus N seeded data/shard-*.bin (default 0)")
     ap.add_argument("--page-size", type=int, default=50, help="tree entries per page (Link rel=next paging)")
     ap.add_argument("--token", default=os.environ.get("TESTHUB_TOKEN"), help="require Authorization: Bearer TOKEN")
     ap.add_argument("--faults", default="[]", help="JSON list of fault rules (see lab/testhub/server.py)")
@@ -43,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     ready = {"endpoint": f"http://{args.bind}:{hub.port}", "file_port": hub.file_port, "pid": os.getpid(),
-             "repos": {k: v.sha for k, v in hub.repos.items()}}
+             "repos": {k: v.sha for k, v in hub.repos.items()},
+             "repo_types": {k: v.repo_type for k, v in hub.repos.items()}}
     line = json.dumps(ready)
     if args.ready_file:
         tmp = args.ready_file + ".tmp"

@@ -36,6 +36,7 @@ class HubProcess:
         self.ready = json.loads(line)
         self.endpoint = self.ready["endpoint"]
         self.repos = self.ready["repos"]
+        self.repo_types = self.ready.get("repo_types", {})
 
     def _call(self, path: str, body=None):
         data = None if body is None else json.dumps(body).encode()

@@ -3,6 +3,12 @@
 Every file's bytes are a pure function of (seed, repo, path, size): a rotation of a per-seed 1 MiB pseudo-random
 block, so multi-GiB files are generated lazily while serving and never stored. Hashes (sha256 for LFS files, git blob
 sha1 for the others) are computed once and cached on disk (cache_dir), keyed by everything the bytes depend on.
+A file may instead have literal bytes (config.json of a model; the README.md and the ShareGPT JSON of a dataset).
+
+A repository is a model (the default) or a dataset (spec type=dataset): the Hub serves the two kinds under
+different routes (/api/models/ vs /api/datasets/, /<repo>/resolve/ vs /datasets/<repo>/resolve/) and a repository
+is reachable only under its own kind. Repository ids are unique across kinds here (the real Hub allows a model and a
+dataset of the same id; the test Hub does not need it).
 """
 from __future__ import annotations
 
@@ -14,9 +20,12 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .datasets import SHAREGPT_MINI_FILE, sharegpt_mini_bytes, sharegpt_mini_readme_bytes
+
 BLOCK = 1 << 20
 MiB = 1 << 20
 GiB = 1 << 30
+REPO_TYPES = ("model", "dataset")
 
 
 def parse_size(text: str) -> int:
@@ -84,6 +93,7 @@ class Repo:
     sha: str
     files: list[RepoFile] = field(default_factory=list)
     branches: dict[str, str] = field(default_factory=dict)
+    repo_type: str = "model"
 
     def file(self, path: str) -> RepoFile | None:
         for f in self.files:
@@ -137,11 +147,27 @@ def _key(seed: int, repo_id: str, path: str) -> int:
 
 
 def build_repo(seed: int, block: bytes, cache: HashCache, repo_id: str, spec: dict) -> Repo:
-    """spec keys: shards (int), shard_size (bytes), small (bool, default true), hostile ("dotdot", "absolute",
-    "size_lie"), lfs_threshold (bytes)."""
+    """spec keys: type ("model" default, or "dataset"), shards (int), shard_size (bytes), small (bool, default
+    true), hostile ("dotdot", "absolute", "size_lie"), lfs_threshold (bytes).
+
+    A model has config.json, an empty README.md, tokenizer/tokenizer.json, sub/dir/nested.bin (small) and `shards`
+    safetensors (default 2). A dataset has README.md (a dataset card) and sharegpt_mini.json (a real ShareGPT-format
+    conversation list, LFS, see datasets.py) (small) and `shards` seeded LFS files data/shard-NNNNN-of-NNNNN.bin
+    (default 0)."""
+    repo_type = spec.get("type", "model")
+    if repo_type not in REPO_TYPES:
+        raise ValueError(f"repo {repo_id}: type must be one of {', '.join(REPO_TYPES)}, got {repo_type!r}")
     sha = hashlib.sha1(f"{seed}/{repo_id}/commit".encode()).hexdigest()
     files: list[tuple[str, int, bool, bytes | None]] = []
-    if spec.get("small", True):
+    if repo_type == "dataset":
+        if spec.get("small", True):
+            card, data = sharegpt_mini_readme_bytes(), sharegpt_mini_bytes()
+            files += [("README.md", len(card), False, card), (SHAREGPT_MINI_FILE, len(data), True, data)]
+        shards = int(spec.get("shards", 0))
+        shard_size = int(spec.get("shard_size", 5 * MiB + 123))
+        for i in range(shards):
+            files.append((f"data/shard-{i + 1:05d}-of-{shards:05d}.bin", shard_size + i, True, None))
+    elif spec.get("small", True):
         cfg = json.dumps({"architectures": ["TestForCausalLM"], "seed": seed, "repo": repo_id}, indent=2).encode()
         files += [
             ("config.json", len(cfg), False, cfg),
@@ -149,11 +175,12 @@ def build_repo(seed: int, block: bytes, cache: HashCache, repo_id: str, spec: di
             ("tokenizer/tokenizer.json", 150_000 + seed % 1000, False, None),
             ("sub/dir/nested.bin", 3 * MiB + 17, True, None),
         ]
-    shards = int(spec.get("shards", 2))
-    shard_size = int(spec.get("shard_size", 5 * MiB + 123))
-    for i in range(shards):
-        files.append((f"model-{i + 1:05d}-of-{shards:05d}.safetensors", shard_size + i, True, None))
-    out = Repo(repo_id=repo_id, sha=sha, branches={"main": sha})
+    if repo_type == "model":
+        shards = int(spec.get("shards", 2))
+        shard_size = int(spec.get("shard_size", 5 * MiB + 123))
+        for i in range(shards):
+            files.append((f"model-{i + 1:05d}-of-{shards:05d}.safetensors", shard_size + i, True, None))
+    out = Repo(repo_id=repo_id, sha=sha, branches={"main": sha}, repo_type=repo_type)
     for path, size, lfs, literal in files:
         content = Content(block, _key(seed, repo_id, path), size, literal)
         f = RepoFile(path=path, size=size, lfs=lfs, content=content)
@@ -183,11 +210,12 @@ DEFAULT_REPOS = {
     "test/hostile-dotdot": {"hostile": "dotdot", "shards": 1},
     "test/hostile-abs": {"hostile": "absolute", "shards": 1},
     "test/size-lie": {"hostile": "size_lie", "shards": 1},
+    "lab/sharegpt-mini": {"type": "dataset"},
 }
 
 
 def parse_repo_arg(text: str) -> tuple[str, dict]:
-    """"org/name" or "org/name:shards=8,shard_size=1GiB,small=false"."""
+    """"org/name", "org/name:shards=8,shard_size=1GiB,small=false" or "org/name:type=dataset[,shards=N,...]"."""
     name, _, rest = text.partition(":")
     spec: dict = {}
     for part in filter(None, rest.split(",")):
@@ -199,6 +227,10 @@ def parse_repo_arg(text: str) -> tuple[str, dict]:
         elif k == "small":
             spec[k] = v.lower() in ("1", "true", "yes")
         elif k == "hostile":
+            spec[k] = v
+        elif k == "type":
+            if v not in REPO_TYPES:
+                raise ValueError(f"repo type must be one of {', '.join(REPO_TYPES)}, got {v!r} in {text!r}")
             spec[k] = v
         else:
             raise ValueError(f"unknown repo option {k!r} in {text!r}")

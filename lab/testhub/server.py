@@ -6,6 +6,9 @@ Protocol (what huggingface_hub and hf_transfer need, see FACTS.md):
   HEAD|GET /{repo}/resolve/{rev}/{path}                       -> non-LFS: bytes (Range -> 206);
                                                                  LFS: 302 to the file server, X-Linked-Etag/Size
   HEAD|GET /lfs/{sha256}?sig=...  (file server)               -> bytes, Range -> 206 with Content-Range
+  Dataset repositories (spec type=dataset): the same under /api/datasets/{repo}/... and /datasets/{repo}/resolve/...
+  (huggingface_hub repo_type="dataset"). A repository answers only under its own kind: a dataset asked for under
+  /api/models/ (or a model under /api/datasets/) is 404 RepoNotFound, as on the real Hub.
   404s carry X-Error-Code: RepoNotFound | RevisionNotFound | EntryNotFound.
 Test control (hub port only): GET/POST /_testhub/faults, GET /_testhub/stats, POST /_testhub/reset,
 POST /_testhub/link {"rate_mbps": R, "conn_rate_mbps": C} (0 = unpaced).
@@ -199,8 +202,10 @@ class TestHub:
         return hmac.new(self.secret, sha256.encode(), "sha256").hexdigest()[:32]
 
 
-_API_RE = re.compile(r"^/api/models/([^/]+/[^/]+)/(revision|tree)/([^/]+)(?:/(.*))?$")
+_API_RE = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree)/([^/]+)(?:/(.*))?$")
+_API_KINDS = {"models": "model", "datasets": "dataset"}
 _RESOLVE_RE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
+_DATASET_RESOLVE_RE = re.compile(r"^/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 _LFS_RE = re.compile(r"^/lfs/([0-9a-f]{64})$")
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -243,9 +248,9 @@ def _make_handler(hub: TestHub, role: str):
                 return True
             return self.headers.get("Authorization", "") == f"Bearer {hub.token}"
 
-        def _repo_rev(self, repo_id: str, rev: str) -> tuple[Repo | None, str | None]:
+        def _repo_rev(self, repo_id: str, rev: str, repo_type: str = "model") -> tuple[Repo | None, str | None]:
             repo = hub.repos.get(repo_id)
-            if repo is None:
+            if repo is None or repo.repo_type != repo_type:  # a repository answers only under its own kind
                 self._error(404, "RepoNotFound", f"Repository Not Found for url: {self.path}")
                 return None, None
             rev = unquote(rev)
@@ -315,21 +320,25 @@ def _make_handler(hub: TestHub, role: str):
                 return self._error(401, "RepoNotFound", "Invalid credentials")
             m = _API_RE.match(path)
             if m:
-                repo_id, kind, rev, sub = m.groups()
+                collection, repo_id, kind, rev, sub = m.groups()
                 with hub.lock:
                     hub.stats["api"][kind] = hub.stats["api"].get(kind, 0) + 1
                 if self._api_fault(repo_id, kind):
                     return None
-                repo, sha = self._repo_rev(repo_id, rev)
+                repo, sha = self._repo_rev(repo_id, rev, _API_KINDS[collection])
                 if repo is None:
                     return None
                 if kind == "revision":
                     return self._revision(repo, sha, query)
                 return self._tree(repo, sha, rev, unquote(sub or "").strip("/"), query)
-            m = _RESOLVE_RE.match(path)
+            m = _DATASET_RESOLVE_RE.match(path)
+            repo_type = "dataset"
+            if not m:
+                m = _RESOLVE_RE.match(path)
+                repo_type = "model"
             if m:
                 repo_id, rev, fpath = m.groups()
-                repo, sha = self._repo_rev(repo_id, rev)
+                repo, sha = self._repo_rev(repo_id, rev, repo_type)
                 if repo is None:
                     return None
                 f = repo.file(unquote(fpath))
@@ -348,8 +357,11 @@ def _make_handler(hub: TestHub, role: str):
                     if f.lfs:
                         s["lfs"] = {"sha256": f.sha256, "size": s["size"], "pointerSize": 134}
                 siblings.append(s)
-            self._json(200, {"id": repo.repo_id, "modelId": repo.repo_id, "sha": sha, "private": bool(hub.token),
-                             "siblings": siblings})
+            info = {"id": repo.repo_id}
+            if repo.repo_type == "model":
+                info["modelId"] = repo.repo_id  # a dataset's answer has no modelId
+            info.update(sha=sha, private=bool(hub.token), siblings=siblings)
+            self._json(200, info)
 
         def _tree(self, repo: Repo, sha: str, rev: str, sub: str, query: dict) -> None:
             recursive = query.get("recursive", ["false"])[0].lower() == "true"
@@ -381,7 +393,7 @@ def _make_handler(hub: TestHub, role: str):
             headers = {}
             nxt = cursor + hub.page_size
             if nxt < len(entries):
-                url = (f"{self._base()}/api/models/{repo.repo_id}/tree/{quote(rev, safe='')}"
+                url = (f"{self._base()}/api/{repo.repo_type}s/{repo.repo_id}/tree/{quote(rev, safe='')}"
                        + (f"/{quote(sub, safe='')}" if sub else "")
                        + f"?recursive={'true' if recursive else 'false'}&expand=false&cursor={nxt}")
                 headers["Link"] = f'<{url}>; rel="next"'

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from lab.testhub import TestHub
-from module_utils.hf_hub import (HubError, filter_files, list_tree, parse_tree_entries, resolve_revision, safe_relpath,
-                                 validate_repo_id)
+from module_utils.hf_hub import (HubError, api_url, file_url, filter_files, list_tree, parse_tree_entries,
+                                 resolve_revision, safe_relpath, validate_repo_id, validate_repo_type)
 
 SHA1 = "a" * 40
 SHA256 = "b" * 64
@@ -14,7 +14,7 @@ SHA256 = "b" * 64
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     repos = {"test/tiny": {}, "test/hostile-dotdot": {"hostile": "dotdot", "shards": 1},
-             "test/hostile-abs": {"hostile": "absolute", "shards": 1}}
+             "test/hostile-abs": {"hostile": "absolute", "shards": 1}, "test/data": {"type": "dataset", "shards": 1}}
     with TestHub(seed=5, page_size=2, token="s3cret", repos=repos, cache_dir=tmp_path_factory.mktemp("c")) as h:
         yield h
 
@@ -107,3 +107,53 @@ def test_filter_patterns():
 def test_repo_id_validation(repo):
     with pytest.raises(HubError):
         validate_repo_id(repo)
+
+
+@pytest.mark.parametrize("use_hf_hub", [False, True], ids=["stdlib", "huggingface_hub"])
+def test_both_clients_resolve_and_list_a_dataset(hub, use_hf_hub):
+    sha = resolve_revision(hub.endpoint, "test/data", "main", token="s3cret", use_hf_hub=use_hf_hub,
+                           repo_type="dataset")
+    assert sha == hub.repos["test/data"].sha
+    files = {f.path: f for f in list_tree(hub.endpoint, "test/data", sha, token="s3cret", use_hf_hub=use_hf_hub,
+                                          repo_type="dataset")}
+    truth = {f.path: f for f in hub.repos["test/data"].files}
+    assert set(files) == set(truth) == {"README.md", "sharegpt_mini.json", "data/shard-00001-of-00001.bin"}
+    for path, f in files.items():
+        assert f.size == truth[path].size and f.lfs == truth[path].lfs
+        assert f.expected == (("sha256", truth[path].sha256) if f.lfs else ("git-sha1", truth[path].blob_sha1))
+    assert files["sharegpt_mini.json"].lfs and not files["README.md"].lfs
+
+
+@pytest.mark.parametrize("use_hf_hub", [False, True], ids=["stdlib", "huggingface_hub"])
+@pytest.mark.parametrize("repo,asked", [("test/data", "model"), ("test/tiny", "dataset")])
+def test_a_repo_is_found_only_under_its_own_type(hub, repo, asked, use_hf_hub):
+    with pytest.raises(HubError) as e:
+        resolve_revision(hub.endpoint, repo, "main", token="s3cret", use_hf_hub=use_hf_hub, repo_type=asked)
+    assert e.value.code == "RepoNotFound" and str(e.value).startswith(f"{asked} repository {repo} not found")
+    with pytest.raises(HubError) as e:
+        list_tree(hub.endpoint, repo, hub.repos[repo].sha, token="s3cret", use_hf_hub=use_hf_hub, repo_type=asked)
+    assert e.value.code == "RepoNotFound"
+
+
+@pytest.mark.parametrize("bad", ["space", "models", "DATASET", "", 0])
+def test_invalid_repo_type_is_refused_without_a_request(bad):
+    endpoint = "http://127.0.0.1:9"  # nothing listens: a request would fail differently (code Network)
+    for call in (lambda: validate_repo_type(bad),
+                 lambda: resolve_revision(endpoint, "a/b", "main", use_hf_hub=False, repo_type=bad),
+                 lambda: list_tree(endpoint, "a/b", SHA1, use_hf_hub=False, repo_type=bad),
+                 lambda: file_url(endpoint, "a/b", SHA1, "x.json", repo_type=bad)):
+        with pytest.raises(HubError) as e:
+            call()
+        assert e.value.code == "BadInput" and "invalid repo_type" in str(e.value)
+    assert validate_repo_type(None) == "model"
+
+
+@pytest.mark.parametrize("repo_type", ["model", "dataset"])
+def test_urls_match_huggingface_hub(repo_type):
+    from huggingface_hub import hf_hub_url
+    endpoint = "https://hub.example.org"
+    for path in ("sharegpt_mini.json", "data/train 1.json", "sub/dir/a+b.bin"):
+        assert file_url(endpoint + "/", "org/name", SHA1, path, repo_type=repo_type) == hf_hub_url(
+            "org/name", path, repo_type=repo_type, revision=SHA1, endpoint=endpoint)
+    assert api_url(endpoint, repo_type, "org/name") == f"{endpoint}/api/{repo_type}s/org/name"
+    assert file_url(endpoint, "org/name", SHA1, "f") == f"{endpoint}/org/name/resolve/{SHA1}/f"  # default: a model

@@ -1,7 +1,8 @@
 """module_utils.hf_sync + hf_fetch end to end against the test Hub (its own process: hf_transfer holds the GIL).
 
 A subset of the fault matrix (bench/bench_models.py runs >= 100 seeded trials): every run ends with every file
-hash-correct or with a clear failure, and a corrupt file is never put in place or in the manifest.
+hash-correct or with a clear failure, and a corrupt file is never put in place or in the manifest. Dataset
+repositories (repo_type dataset) go through the same code path, from the Hub's dataset routes.
 """
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ from module_utils.hf_sync import SyncError, sync
 from module_utils.hf_verify import Manifest
 
 MiB = 1 << 20
+DATASET = "t/sharegpt"  # README.md + sharegpt_mini.json (literal ShareGPT JSON, LFS) + one seeded LFS shard
 REPOS = ["t/small:shards=2,shard_size=6MiB", "t/resume:shards=1,shard_size=48MiB,small=false",
-         "t/lie:shards=1,hostile=size_lie", "t/dotdot:shards=1,hostile=dotdot"]
+         "t/lie:shards=1,hostile=size_lie", "t/dotdot:shards=1,hostile=dotdot",
+         f"{DATASET}:type=dataset,shards=1,shard_size=3MiB"]
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +51,16 @@ def params(hub, dest, repo="t/small", **kw):
     return p
 
 
-def tree_truth(hub, repo):
+def tree_truth(hub, repo, repo_type="model"):
     """path -> (size, sha256 of the true bytes), fetched straight from the Hub with urllib."""
     import urllib.request
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     sha = hub.repos[repo]
-    with opener.open(f"{hub.endpoint}/api/models/{repo}/tree/{sha}?recursive=true") as r:
+    api = f"{hub.endpoint}/api/{repo_type}s/{repo}"
+    files = f"{hub.endpoint}/{'datasets/' if repo_type == 'dataset' else ''}{repo}"
+    with opener.open(f"{api}/tree/{sha}?recursive=true") as r:
         entries = json.loads(r.read())
-    url = f"{hub.endpoint}/api/models/{repo}/tree/{sha}?recursive=true"
+    url = f"{api}/tree/{sha}?recursive=true"
     entries = []
     while url:
         with opener.open(url) as r:
@@ -65,7 +70,7 @@ def tree_truth(hub, repo):
     out = {}
     for e in entries:
         if e["type"] == "file":
-            with opener.open(f"{hub.endpoint}/{repo}/resolve/{sha}/{e['path']}") as r:
+            with opener.open(f"{files}/resolve/{sha}/{e['path']}") as r:
                 out[e["path"]] = (e["size"], hashlib.sha256(r.read()).hexdigest())
     return out
 
@@ -296,3 +301,181 @@ def test_start_writeback_asks_the_kernel_and_leaves_bytes_alone(tmp_path):
     finally:
         os.close(fd)
     assert p.read_bytes() == data
+
+
+# ---- dataset repositories (repo_type dataset) ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dtruth(hub):
+    return tree_truth(hub, DATASET, repo_type="dataset")
+
+
+def dparams(hub, dest, **kw):
+    return params(hub, dest, repo=DATASET, repo_type="dataset", **kw)
+
+
+def _manifest_json(dest):
+    return json.loads((Path(dest) / ".hf_model" / "manifest.json").read_text())
+
+
+def test_dataset_is_fetched_verified_recorded_and_a_rerun_moves_nothing(hub, dtruth, tmp_path, monkeypatch):
+    dest = tmp_path / "d"
+    assert hub.repo_types[DATASET] == "dataset" and set(dtruth) == {
+        "README.md", "sharegpt_mini.json", "data/shard-00001-of-00001.bin"}
+    plan_ = sync(dparams(hub, dest), check_mode=True)
+    assert plan_["changed"] and plan_["repo_type"] == "dataset" and plan_["files_to_fetch"] == len(dtruth)
+    assert not dest.exists() and hub.stats()["bytes"] == 0
+    r = sync(dparams(hub, dest))
+    assert r["changed"] and r["repo_type"] == "dataset" and r["sha"] == hub.repos[DATASET]
+    assert r["files_fetched"] == len(dtruth) and r["hash_mismatches"] == 0
+    assert_tree_correct(dest, dtruth)
+    m = _manifest_json(dest)
+    assert m["repo_type"] == "dataset" and m["repo_id"] == DATASET and m["revision"] == hub.repos[DATASET]
+    # the LFS sha256 from the tree is what the manifest vouches for; README.md (not LFS) was checked by git blob sha1
+    assert m["files"]["sharegpt_mini.json"]["sha256"] == dtruth["sharegpt_mini.json"][1]
+    conversations = json.loads((dest / "sharegpt_mini.json").read_text())
+    assert len(conversations) >= 20 and len({c["id"] for c in conversations}) == len(conversations)
+    for c in conversations:
+        turns = c["conversations"]
+        assert len(turns) >= 2 and len(turns) % 2 == 0
+        assert [t["from"] for t in turns] == ["human", "gpt"] * (len(turns) // 2)
+        assert all(isinstance(t["value"], str) and t["value"].strip() for t in turns)
+    hub.reset()
+    hashed = []
+    monkeypatch.setattr(hf_sync, "verify_files", lambda items, workers=None: hashed.append(items) or {})
+    again = sync(dparams(hub, dest), check_mode=True)
+    assert not again["changed"] and again["files_to_fetch"] == 0 and again["files_to_hash"] == 0
+    r = sync(dparams(hub, dest))
+    assert not r["changed"] and r["files_verified_by_manifest"] == len(dtruth) and r["files_fetched"] == 0
+    assert not hashed and hub.stats()["bytes"] == 0
+    assert _manifest_json(dest)["repo_type"] == "dataset"
+
+
+def test_dataset_corrupt_file_is_refetched(hub, dtruth, tmp_path):
+    dest = tmp_path / "d"
+    sync(dparams(hub, dest))
+    victim = dest / "sharegpt_mini.json"
+    st = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0x20
+    victim.write_bytes(bytes(data))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size and mtime: only a rehash can tell
+    hub.reset()
+    r = sync(dparams(hub, dest, verify="full"))
+    assert r["changed"] and r["files_rehashed_bad"] == ["sharegpt_mini.json"] and r["files_fetched"] == 1
+    assert list(hub.stats()["by_path"]) == [f"{DATASET}/sharegpt_mini.json"]
+    assert_tree_correct(dest, dtruth)
+    victim.write_bytes(b"[]\n")  # a different size: quick mode sees it without hashing
+    hub.reset()
+    r = sync(dparams(hub, dest))
+    assert r["changed"] and r["files_fetched"] == 1 and r["fetched"] == ["sharegpt_mini.json"]
+    assert_tree_correct(dest, dtruth)
+
+
+@pytest.mark.parametrize("use_hf_hub", [False, True], ids=["stdlib", "huggingface_hub"])
+@pytest.mark.parametrize("repo,asked,actual", [(DATASET, "model", "dataset"), ("t/small", "dataset", "model")],
+                         ids=["dataset-as-model", "model-as-dataset"])
+def test_repo_asked_for_under_the_wrong_type_is_not_found_naming_the_type(hub, tmp_path, repo, asked, actual,
+                                                                          use_hf_hub):
+    for check_mode in (True, False):
+        with pytest.raises(HubError) as e:
+            sync(params(hub, tmp_path / "m", repo=repo, repo_type=asked, use_hf_hub=use_hf_hub),
+                 check_mode=check_mode)
+        msg = str(e.value)
+        assert e.value.code == "RepoNotFound" and e.value.status == 404
+        assert f"{asked} repository {repo} not found" in msg and f"repo_type: {actual}" in msg, msg
+    assert not (tmp_path / "m").exists() and hub.stats()["bytes"] == 0
+
+
+@pytest.mark.parametrize("bad", ["space", "datasets", "Dataset", "", 1])
+def test_invalid_repo_type_is_refused_before_anything(hub, tmp_path, bad):
+    with pytest.raises(HubError) as e:
+        sync(params(hub, tmp_path / "m", repo=DATASET, repo_type=bad))
+    assert e.value.code == "BadInput" and "invalid repo_type" in str(e.value) and "model, dataset" in str(e.value)
+    stats = hub.stats()
+    assert not (tmp_path / "m").exists() and stats["api"] == {} and stats["bytes"] == 0
+
+
+def test_dataset_through_huggingface_hub_passes_repo_type(hub, dtruth, tmp_path, monkeypatch):
+    from huggingface_hub import HfApi
+    calls = []
+    real_info, real_tree = HfApi.repo_info, HfApi.list_repo_tree
+
+    def repo_info(self, repo_id, **kw):
+        calls.append(("repo_info", repo_id, kw.get("repo_type")))
+        return real_info(self, repo_id, **kw)
+
+    def list_repo_tree(self, repo_id, *a, **kw):
+        calls.append(("list_repo_tree", repo_id, kw.get("repo_type")))
+        return real_tree(self, repo_id, *a, **kw)
+
+    monkeypatch.setattr(HfApi, "repo_info", repo_info)
+    monkeypatch.setattr(HfApi, "list_repo_tree", list_repo_tree)
+    r = sync(dparams(hub, tmp_path / "d", use_hf_hub=True))
+    assert calls == [("repo_info", DATASET, "dataset"), ("list_repo_tree", DATASET, "dataset")]
+    assert r["files_fetched"] == len(dtruth) and r["sha"] == hub.repos[DATASET]
+    assert_tree_correct(tmp_path / "d", dtruth)
+    assert _manifest_json(tmp_path / "d")["repo_type"] == "dataset"
+    plain = sync(dparams(hub, tmp_path / "d", use_hf_hub=False), check_mode=True)
+    assert not plain["changed"] and plain["files_verified_by_manifest"] == len(dtruth)
+
+
+def test_a_model_manifest_without_repo_type_stays_a_models(hub, truth, tmp_path):
+    """Manifests written before repo_type was recorded belong to models: a rerun is no change and keeps every file."""
+    dest = tmp_path / "m"
+    sync(params(hub, dest))
+    path = dest / ".hf_model" / "manifest.json"
+    old = _manifest_json(dest)
+    assert old["repo_type"] == "model"
+    del old["repo_type"]
+    path.write_text(json.dumps(old))
+    hub.reset()
+    assert not sync(params(hub, dest), check_mode=True)["changed"]
+    r = sync(params(hub, dest))
+    assert not r["changed"] and r["repo_type"] == "model" and hub.stats()["bytes"] == 0
+    assert _manifest_json(dest)["repo_type"] == "model"
+
+
+def test_a_manifest_of_another_repo_type_is_a_change_in_check_mode_too(hub, dtruth, tmp_path):
+    dest = tmp_path / "d"
+    sync(dparams(hub, dest))
+    path = dest / ".hf_model" / "manifest.json"
+    path.write_text(json.dumps(dict(_manifest_json(dest), repo_type="model")))
+    hub.reset()
+    plan_ = sync(dparams(hub, dest), check_mode=True)
+    assert plan_["changed"] and plan_["files_to_fetch"] == 0 and _manifest_json(dest)["repo_type"] == "model"
+    r = sync(dparams(hub, dest))
+    assert r["changed"] and r["files_fetched"] == 0 and hub.stats()["bytes"] == 0
+    assert _manifest_json(dest)["repo_type"] == "dataset"
+    assert not sync(dparams(hub, dest))["changed"]
+
+
+def _run_module(args, tmp_path, check_mode=False):
+    """library/hf_model.py as Ansible runs it on the host (argument spec included), with the plain-python imports."""
+    root = Path(__file__).resolve().parents[2]
+    argfile = tmp_path / f"args-{time.monotonic_ns()}.json"
+    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode)}))
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.run([sys.executable, str(root / "library" / "hf_model.py"), str(argfile)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_module_fetches_a_dataset_and_refuses_another_type(hub, dtruth, tmp_path):
+    dest = tmp_path / "d"
+    args = {"repo_id": DATASET, "repo_type": "dataset", "endpoint": hub.endpoint, "dest": str(dest),
+            "free_space_margin_mb": 0, "chunk_size_mb": 1, "connections": 4, "stall_timeout": 10}
+    bad = _run_module(dict(args, repo_type="space"), tmp_path)
+    assert bad["failed"] and "repo_type" in bad["msg"] and "model, dataset" in bad["msg"]
+    wrong = _run_module(dict(args, repo_type="model"), tmp_path, check_mode=True)
+    assert wrong["failed"] and wrong["error_code"] == "RepoNotFound" and "model repository" in wrong["msg"]
+    assert not dest.exists() and hub.stats()["bytes"] == 0
+    planned = _run_module(args, tmp_path, check_mode=True)
+    assert planned["changed"] and planned["repo_type"] == "dataset" and planned["files_to_fetch"] == len(dtruth)
+    assert not dest.exists()
+    r = _run_module(args, tmp_path)
+    assert r["changed"] and r["repo_type"] == "dataset" and r["files_fetched"] == len(dtruth), r
+    assert_tree_correct(dest, dtruth)
+    assert _manifest_json(dest)["repo_type"] == "dataset"
+    again = _run_module(args, tmp_path)
+    assert not again["changed"] and again["files_verified_by_manifest"] == len(dtruth)

@@ -77,3 +77,18 @@ def test_corrupt_manifest_is_empty_not_trusted(tmp_path):
     assert Manifest.load(str(p)).files == {}
     p.write_text('{"version": 99, "files": {"a": {}}}')
     assert Manifest.load(str(p)).files == {}
+
+
+def test_manifest_records_the_repo_type_and_an_older_manifest_is_a_models(tmp_path):
+    import json
+    path = tmp_path / "manifest.json"
+    m = Manifest(str(path), repo_id="org/data", revision="a" * 40, repo_type="dataset")
+    m.save()
+    data = json.loads(path.read_text())
+    assert data["repo_type"] == "dataset" and data["repo_id"] == "org/data" and data["version"] == 1
+    assert Manifest.load(str(path)).repo_type == "dataset"
+    del data["repo_type"]  # written before repo_type was recorded: only models were fetched then
+    path.write_text(json.dumps(data))
+    loaded = Manifest.load(str(path))
+    assert loaded.repo_type == "model" and loaded.repo_id == "org/data" and loaded.revision == "a" * 40
+    assert Manifest(str(tmp_path / "none.json")).repo_type == "model"

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from lab.testhub import TestHub, parse_repo_arg, parse_size
+from lab.testhub import DEFAULT_REPOS, TestHub, parse_repo_arg, parse_size
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -137,19 +137,29 @@ def test_repo_arg_and_sizes():
     assert parse_size("1GiB") == 1 << 30 and parse_size("8MiB") == 8 << 20 and parse_size("123") == 123
     assert parse_repo_arg("a/b:shards=3,shard_size=2MiB,small=false") == (
         "a/b", {"shards": 3, "shard_size": 2 << 20, "small": False})
+    assert parse_repo_arg("lab/sharegpt-mini:type=dataset") == ("lab/sharegpt-mini", {"type": "dataset"})
+    assert parse_repo_arg("a/b:type=model,shards=1") == ("a/b", {"type": "model", "shards": 1})
     with pytest.raises(ValueError):
         parse_repo_arg("a/b:bogus=1")
+    with pytest.raises(ValueError):
+        parse_repo_arg("a/b:type=space")
+    with pytest.raises(ValueError):
+        TestHub(repos={"a/b": {"type": "space"}})
 
 
 def test_cli_prints_ready_line_and_serves(tmp_path):
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen([sys.executable, "-m", "lab.testhub", "--port", "0", "--seed", "3", "--repo", "o/n:shards=1",
-                             "--ready-file", str(ready), "--cache-dir", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+                             "--repo", "o/d:type=dataset", "--ready-file", str(ready), "--cache-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True)
     try:
         info = json.loads(proc.stdout.readline())
         assert json.loads(ready.read_text()) == info
         status, _, body = get(f"{info['endpoint']}/api/models/o/n/revision/main")
         assert status == 200 and json.loads(body)["sha"] == info["repos"]["o/n"]
+        assert info["repo_types"] == {"o/n": "model", "o/d": "dataset"}
+        status, _, body = get(f"{info['endpoint']}/api/datasets/o/d/revision/main")
+        assert status == 200 and json.loads(body)["sha"] == info["repos"]["o/d"]
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
@@ -185,3 +195,95 @@ def test_link_pacing_holds_file_bytes_to_the_rate_in_all_and_per_connection(hub)
         hub.set_link(0, 0)
     assert per_conn >= (big.size - (1 << 20)) / 8e6 * 0.95 > unpaced
     assert shared >= (2 * big.size - (1 << 20)) / 10e6 * 0.95 > unpaced
+
+
+# ---- dataset repositories ------------------------------------------------------------------------------------------
+
+DS = "lab/sharegpt-mini"
+
+
+def test_default_hub_serves_the_sharegpt_mini_dataset(hub):
+    assert DEFAULT_REPOS[DS] == {"type": "dataset"} and hub.repos[DS].repo_type == "dataset"
+    assert all(r.repo_type == "model" for k, r in hub.repos.items() if k != DS)
+    assert {f.path for f in hub.repos[DS].files} == {"README.md", "sharegpt_mini.json"}
+
+
+def test_dataset_routes_work_like_the_model_routes(hub):
+    repo = hub.repos[DS]
+    status, _, body = get(f"{hub.endpoint}/api/datasets/{DS}/revision/main?blobs=true")
+    info = json.loads(body)
+    assert status == 200 and info["sha"] == repo.sha and info["id"] == DS and "modelId" not in info
+    assert {s["rfilename"] for s in info["siblings"]} == {"README.md", "sharegpt_mini.json"}
+    assert get(f"{hub.endpoint}/api/datasets/{DS}/revision/nope")[1]["X-Error-Code"] == "RevisionNotFound"
+    url, entries, pages = f"{hub.endpoint}/api/datasets/{DS}/tree/{repo.sha}?recursive=true", [], 0
+    while url:
+        status, headers, body = get(url)
+        assert status == 200
+        entries += json.loads(body)
+        pages += 1
+        link = headers.get("Link")
+        assert not link or f"/api/datasets/{DS}/tree/" in link  # pages stay on the dataset route
+        url = link.split(";")[0].strip("<>") if link else None
+    files = {e["path"]: e for e in entries if e["type"] == "file"}
+    assert set(files) == {"README.md", "sharegpt_mini.json"}
+    js = repo.file("sharegpt_mini.json")
+    assert files["sharegpt_mini.json"]["lfs"]["oid"] == js.sha256 and "lfs" not in files["README.md"]
+    # non-LFS: bytes from the Hub, git blob sha1 as in the tree
+    status, _, card = get(f"{hub.endpoint}/datasets/{DS}/resolve/main/README.md")
+    assert status == 200 and hashlib.sha1(b"blob %d\0" % len(card) + card).hexdigest() == files["README.md"]["oid"]
+    assert card.startswith(b"---\n") and b"sharegpt_mini.json" in card
+    # LFS: 302 to the file server, which honours Range; the bytes hash to the tree's sha256
+    status, headers, _ = get(f"{hub.endpoint}/datasets/{DS}/resolve/{repo.sha}/sharegpt_mini.json", method="HEAD",
+                             opener=RAW)
+    assert status == 302 and headers["X-Linked-Etag"] == f'"{js.sha256}"' and int(headers["X-Linked-Size"]) == js.size
+    assert f":{hub.file_port}/" in headers["Location"] and headers["X-Repo-Commit"] == repo.sha
+    status, rh, _ = get(headers["Location"], {"Range": "bytes=0-0"})
+    assert status == 206 and rh["Content-Range"] == f"bytes 0-0/{js.size}"
+    status, _, body = get(f"{hub.endpoint}/datasets/{DS}/resolve/main/sharegpt_mini.json")
+    assert status == 200 and hashlib.sha256(body).hexdigest() == js.sha256 and len(body) == js.size
+    status, headers, _ = get(f"{hub.endpoint}/datasets/{DS}/resolve/main/missing.json", method="HEAD")
+    assert status == 404 and headers["X-Error-Code"] == "EntryNotFound"
+
+
+def test_a_repo_is_reachable_only_under_its_own_kind(hub):
+    sha = hub.repos[DS].sha
+    tiny = hub.repos["test/tiny"].sha
+    for url in (f"/api/models/{DS}/revision/main", f"/api/models/{DS}/tree/{sha}?recursive=true",
+                f"/{DS}/resolve/main/README.md", "/api/datasets/test/tiny/revision/main",
+                f"/api/datasets/test/tiny/tree/{tiny}", "/datasets/test/tiny/resolve/main/config.json",
+                "/api/datasets/test/none/revision/main"):
+        status, headers, _ = get(hub.endpoint + url)
+        assert status == 404 and headers["X-Error-Code"] == "RepoNotFound", url
+
+
+def test_sharegpt_mini_is_real_sharegpt_json(hub):
+    f = hub.repos[DS].file("sharegpt_mini.json")
+    data = json.loads(bytes(f.content.read(0, f.size)).decode("utf-8"))
+    assert isinstance(data, list) and 20 <= len(data) <= 40
+    assert len({c["id"] for c in data}) == len(data)
+    for c in data:
+        assert set(c) == {"id", "conversations"}
+        turns = c["conversations"]
+        assert turns and len(turns) % 2 == 0
+        for i, t in enumerate(turns):
+            assert set(t) == {"from", "value"} and t["from"] == ("human", "gpt")[i % 2]
+            assert isinstance(t["value"], str) and len(t["value"].strip()) > 10
+    text = " ".join(t["value"] for c in data for t in c["conversations"])
+    assert "```python" in text and "391" in text  # code and arithmetic among the questions
+    # literal bytes: the same for every seed (only the commit sha depends on it)
+    other = TestHub(seed=99, repos={DS: {"type": "dataset"}})
+    try:
+        assert other.repos[DS].file("sharegpt_mini.json").sha256 == f.sha256
+        assert other.repos[DS].sha != hub.repos[DS].sha
+    finally:
+        other.stop()
+
+
+def test_dataset_spec_with_seeded_shards():
+    h = TestHub(seed=1, repos={"d/s": {"type": "dataset", "shards": 2, "shard_size": 1 << 20, "small": False}})
+    try:
+        files = {f.path: f for f in h.repos["d/s"].files}
+        assert set(files) == {"data/shard-00001-of-00002.bin", "data/shard-00002-of-00002.bin"}
+        assert all(f.lfs and len(f.sha256) == 64 for f in files.values())
+    finally:
+        h.stop()
