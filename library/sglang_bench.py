@@ -6,11 +6,18 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sglang_bench
-short_description: Benchmark matrix (context length x concurrency) against a local SGLang server
+short_description: Benchmark matrix (workload x concurrency) against a local SGLang server
 description:
-  - Proves the server is serving (C(/health_generate) or C(/health) 200 and a model in C(/v1/models)), then
-    measures every cell with the built-in stdlib asyncio harness or C(python -m sglang.bench_serving) from the
-    target venv, each cell bounded by O(cell_timeout_s).
+  - Proves the server is serving (C(/health_generate) or C(/health) 200 and a model in C(/v1/models)) and that an
+    O(dataset_path) exists, then measures every cell with the built-in stdlib asyncio harness or
+    C(python -m sglang.bench_serving) from the target venv, each cell bounded by O(cell_timeout_s).
+  - Workloads are random token ids per O(context_lengths) (throughput only), each of O(prompt_sets) and the
+    O(dataset_path) file (real text through the served model's chat template, O(prompt_format)).
+  - Per-cell acceptance comes from the requests' own figures (C(/generate)'s final meta_info), weighted
+    (sum of completion tokens over sum of verify steps), never from the server's running average unless no request
+    carried figures (then labelled C(server_running_average)). Sampled outputs go through the smoke test's
+    degenerate-output detector.
+  - With O(soak_concurrency), a shrinking-batch soak follows the matrix with O(service_unit) watched.
   - Appends one JSON row per cell to O(output_path) with sglang.bench_serving's metric names, the cell status
     (ok, timeout, error) and reason, O(labels) and O(provenance) (plus the running service's argv).
   - Run it with C(async)/C(poll) so the task itself is bounded too.
@@ -20,10 +27,52 @@ options:
     type: str
     required: true
   context_lengths:
-    description: Input (context) lengths in tokens; one matrix row each. Must not be empty.
+    description:
+      - Input lengths in tokens of the random token-id workload (throughput only); one workload each.
+      - May be empty when O(prompt_sets) or O(dataset_path) gives a workload; otherwise must not be.
     type: list
     elements: int
-    required: true
+    default: []
+  prompt_sets:
+    description: Conversation sets by name (each a list of C({"id", "messages": [{"role", "content"}]})); one workload each.
+    type: dict
+    default: {}
+  dataset_path:
+    description: A ShareGPT-format JSON file on the target (fetched by the models role); one workload. Must exist.
+    type: path
+    default: ""
+  dataset_name:
+    description: Name of the dataset workload (default the file's base name).
+    type: str
+    default: ""
+  dataset_limit:
+    description: Conversations read from O(dataset_path) (0 = all).
+    type: int
+    default: 200
+  prompt_format:
+    description:
+      - C(chat-template) renders conversations with the served model's template in the target venv (transformers, else
+        jinja2 over tokenizer_config.json) and fails when it cannot; C(plain) sends role lines; C(auto) uses the
+        template when it renders, else plain. Rows record which.
+    type: str
+    default: auto
+    choices: [auto, chat-template, plain]
+  sample_outputs:
+    description: Outputs per text cell checked by the degenerate-output detector.
+    type: int
+    default: 4
+  soak_concurrency:
+    description: Requests of the shrinking-batch soak (0 = no soak).
+    type: int
+    default: 0
+  soak_rounds:
+    description: Rounds of the soak.
+    type: int
+    default: 2
+  soak_output_len:
+    description: Longest output of a soak request (0 = O(output_len)).
+    type: int
+    default: 0
   concurrencies:
     description: Concurrency levels (max concurrent requests); one matrix column each. Must not be empty.
     type: list
@@ -148,6 +197,18 @@ best_output_throughput:
   description: Highest output tok/s of an ok cell.
   type: float
   returned: always
+degenerate_cells:
+  description: "C(cell: reason) per cell whose sampled outputs the degenerate detector flagged."
+  type: list
+  returned: always
+soak:
+  description: The soak's status (ok or failed), error, concurrency, rounds, requests, failed; null without a soak.
+  type: dict
+  returned: always
+workloads:
+  description: Workload id to how its prompts were made (rendering used).
+  type: dict
+  returned: success
 elapsed_s:
   description: Wall time of the matrix.
   type: float
@@ -159,7 +220,7 @@ output_path:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bench_matrix import check_serving, run_matrix, validate_spec
+from ansible.module_utils.bench_matrix import check_serving, check_workloads, run_matrix, validate_spec
 from ansible.module_utils.bench_provenance import collect
 
 
@@ -167,7 +228,16 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             base_url=dict(type="str", required=True),
-            context_lengths=dict(type="list", elements="int", required=True),
+            context_lengths=dict(type="list", elements="int", default=[]),
+            prompt_sets=dict(type="dict", default={}),
+            dataset_path=dict(type="path", default=""),
+            dataset_name=dict(type="str", default=""),
+            dataset_limit=dict(type="int", default=200),
+            prompt_format=dict(type="str", default="auto", choices=["auto", "chat-template", "plain"]),
+            sample_outputs=dict(type="int", default=4),
+            soak_concurrency=dict(type="int", default=0),
+            soak_rounds=dict(type="int", default=2),
+            soak_output_len=dict(type="int", default=0),
             concurrencies=dict(type="list", elements="int", required=True),
             output_len=dict(type="int", default=256),
             prompts_per_concurrency=dict(type="int", default=4),
@@ -195,8 +265,8 @@ def main():
     spec = {k: v for k, v in params.items()
             if k not in ("labels", "provenance", "output_path", "venv_fact_path", "cuda_home", "model_paths")}
     result = dict(changed=False, rows=0, ok_cells=0, failed_cells=0, failures=[], client=params["client"],
-                  best_output_throughput=0.0)
-    errors = validate_spec(spec)
+                  best_output_throughput=0.0, degenerate_cells=[], soak=None)
+    errors = validate_spec(spec) + check_workloads(spec)
     if errors:
         module.fail_json(msg="invalid bench matrix: " + "; ".join(errors), **result)
     reason = check_serving(params["base_url"], api_key=params["api_key"] or None, timeout=20.0)

@@ -1,15 +1,20 @@
 # -*- coding: utf-8 -*-
-"""The built-in load harness: one benchmark cell (input length x concurrency) against an SGLang server.
+"""The built-in load harness: one benchmark cell (workload x concurrency) against an SGLang server.
 
-Mirrors `python -m sglang.bench_serving --dataset-name random --random-range-ratio 1.0` (fixed input and
-output lengths, request rate inf, --max-concurrency C): a warmup, then `num_prompts` requests driven by
-exactly C workers, every request streamed; metrics from bench_metrics.compute_metrics. Stdlib only.
+Mirrors `python -m sglang.bench_serving` with request rate inf and --max-concurrency C: a warmup, then
+`num_prompts` requests driven by exactly C workers, every request streamed; metrics from
+bench_metrics.compute_metrics. Stdlib only.
 
-Backends (bench_serving's names): `sglang` = POST /generate with `input_ids` (exact input length, no
-tokenizer needed), `sglang-oai` = POST /v1/completions with a token-id prompt, `sglang-oai-chat` =
-POST /v1/chat/completions (text prompt, input length approximate). Token counting and ITL follow
-bench_serving: /generate reports cumulative completion_tokens per chunk and a chunk carrying n tokens
-adds n ITL samples of gap/n; OpenAI chunks count one token each unless the final usage says otherwise.
+A prompt is either a list of token ids (the random-ids workload: exact input length, output fixed by ignore_eos,
+throughput only) or a text item {"text", "messages"} (a prompt set or dataset rendered by bench_prompts: greedy, the
+model may stop, so every config produces the same tokens).
+
+Backends (bench_serving's names): `sglang` = POST /generate (token ids or text; its final answer carries the
+per-request speculative figures spec_verify_ct / spec_accepted_drafts / spec_proposed_drafts, the only source of a
+per-cell accept length), `sglang-oai` = POST /v1/completions, `sglang-oai-chat` = POST /v1/chat/completions (the
+server applies the chat template to the messages). Token counting and ITL follow bench_serving: /generate reports
+cumulative completion_tokens per chunk and a chunk carrying n tokens (several with speculative decoding) adds n ITL
+samples of gap/n; OpenAI chunks count one token each unless the final usage says otherwise.
 
 Every cell is bounded: per-request timeout, and a cell timeout after which the unfinished requests are
 cancelled and the row says status=timeout (partial metrics kept, never a hang).
@@ -23,10 +28,10 @@ import time
 
 try:
     from ansible.module_utils.bench_http import HttpConnection, HttpError, get_json, split_url
-    from ansible.module_utils.bench_metrics import RequestResult, compute_metrics, first_errors
+    from ansible.module_utils.bench_metrics import RequestResult, compute_metrics, first_errors, request_record, spec_totals
 except ImportError:  # plain python (unit tests, bench harness, shipped CLI)
     from module_utils.bench_http import HttpConnection, HttpError, get_json, split_url
-    from module_utils.bench_metrics import RequestResult, compute_metrics, first_errors
+    from module_utils.bench_metrics import RequestResult, compute_metrics, first_errors, request_record, spec_totals
 
 BACKENDS = ("sglang", "sglang-oai", "sglang-oai-chat")
 # Token ids drawn for random prompts: well inside any production vocabulary, clear of special tokens.
@@ -44,19 +49,26 @@ def make_prompts(count, input_len, seed):
     return [[rng.randrange(lo, hi) for _ in range(input_len)] for _ in range(count)]
 
 
-def build_body(backend, model, prompt_ids, output_len):
-    """JSON body (bytes) for one request. Temperature 0, ignore_eos so every request yields output_len."""
+def build_body(backend, model, prompt, output_len, ignore_eos=True):
+    """JSON body (bytes) for one request at temperature 0. prompt: token ids, or {"text", "messages"}."""
+    ids = prompt if isinstance(prompt, list) else None
+    text = None if ids is not None else prompt["text"]
     if backend == "sglang":
-        body = {"input_ids": prompt_ids, "stream": True,
-                "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0, "ignore_eos": True}}
+        body = {"stream": True, "sampling_params": {"max_new_tokens": output_len, "temperature": 0.0,
+                                                    "ignore_eos": ignore_eos}}
+        if ids is not None:
+            body["input_ids"] = ids
+        else:
+            body["text"] = text
     elif backend == "sglang-oai":
-        body = {"model": model, "prompt": prompt_ids, "max_tokens": output_len, "temperature": 0.0,
-                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    elif backend == "sglang-oai-chat":
-        text = " ".join("w%d" % t for t in prompt_ids)
-        body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": output_len,
-                "temperature": 0.0, "ignore_eos": True, "stream": True,
+        body = {"model": model, "prompt": ids if ids is not None else text, "max_tokens": output_len,
+                "temperature": 0.0, "ignore_eos": ignore_eos, "stream": True,
                 "stream_options": {"include_usage": True}}
+    elif backend == "sglang-oai-chat":
+        messages = ([{"role": "user", "content": " ".join("w%d" % t for t in ids)}] if ids is not None
+                    else prompt["messages"])
+        body = {"model": model, "messages": messages, "max_tokens": output_len, "temperature": 0.0,
+                "ignore_eos": ignore_eos, "stream": True, "stream_options": {"include_usage": True}}
     else:
         raise ValueError("unknown backend %r (have %s)" % (backend, ", ".join(BACKENDS)))
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
@@ -91,6 +103,8 @@ class _Tracker:
             if self.keep_text and text is not None:
                 self.texts = [text]  # /generate streams the cumulative text
             self._tokens(n, now)
+            if meta.get("finish_reason") is not None:
+                self._final(meta)
         else:
             usage = data.get("usage")
             choices = data.get("choices") or []
@@ -106,6 +120,18 @@ class _Tracker:
                 self._tokens(self.last_len + 1, now)
             if usage and usage.get("completion_tokens"):
                 self.result.output_len = int(usage["completion_tokens"])
+            if usage and usage.get("prompt_tokens"):
+                self.result.prompt_len = int(usage["prompt_tokens"])
+
+    def _final(self, meta):
+        """The finished request's own counts: prompt tokens as the server tokenised them, spec_* figures."""
+        result = self.result
+        if meta.get("prompt_tokens"):
+            result.prompt_len = int(meta["prompt_tokens"])
+        if meta.get("spec_verify_ct"):
+            result.spec_verify_ct = int(meta["spec_verify_ct"])
+            result.spec_accepted_drafts = int(meta.get("spec_accepted_drafts") or 0)
+            result.spec_proposed_drafts = int(meta.get("spec_proposed_drafts") or 0)
 
     def _tokens(self, n, now):
         new = n - self.last_len
@@ -200,12 +226,33 @@ def read_accept_length(base_url, api_key=None, timeout=5.0):
     return None
 
 
+def _prompts_for(prompts, count, input_len, seed):
+    """The cell's prompts: the given workload items (cycled), or `count` random token-id prompts."""
+    if prompts is None:
+        return make_prompts(count, input_len, seed)
+    if not prompts:
+        raise ValueError("the workload has no prompt")
+    return [prompts[i % len(prompts)] for i in range(count)]
+
+
+def _sampled_outputs(results, count):
+    """Up to `count` finished outputs, spread over the cell (the degenerate-output check reads them)."""
+    done = [r for r in results if r.success]
+    if count <= 0 or not done:
+        return []
+    step = max(1, len(done) // count)
+    return [{"index": i, "text": done[i].text} for i in range(0, len(done), step)][:count]
+
+
 async def run_cell_async(base_url, backend="sglang", model="default", input_len=60, output_len=256,
                          concurrency=1, num_prompts=None, warmup_requests=1, request_timeout=600.0,
                          cell_timeout=1800.0, api_key=None, seed=0, prompts_per_concurrency=4,
-                         min_prompts=8):
-    """Measure one cell. Returns a dict: bench_serving metric keys + status ('ok'|'timeout'|'error'),
-    error, errors (first distinct request errors), num_prompts, client_cpu_s."""
+                         min_prompts=8, prompts=None, ignore_eos=True, sample_outputs=0):
+    """Measure one cell. Returns a dict: bench_serving metric keys + acceptance (per request), status
+    ('ok'|'timeout'|'error'), error, errors (first distinct request errors), num_prompts, client_cpu_s,
+    requests (per-request counts), samples (up to sample_outputs finished texts).
+
+    prompts: the workload's items (token-id lists or {"text", "messages"}); None = random ids of input_len."""
     if backend not in PATHS:
         raise ValueError("unknown backend %r (have %s)" % (backend, ", ".join(BACKENDS)))
     if input_len < 1 or output_len < 1 or concurrency < 1:
@@ -215,9 +262,13 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     headers = {"Authorization": "Bearer %s" % api_key} if api_key else None
     if num_prompts is None:
         num_prompts = max(concurrency * prompts_per_concurrency, min_prompts)
-    prompts = make_prompts(num_prompts + max(warmup_requests, 0), input_len, seed)
-    bodies = [build_body(backend, model, p, output_len) for p in prompts[:num_prompts]]
-    warm_bodies = [build_body(backend, model, p, min(output_len, 32)) for p in prompts[num_prompts:]]
+    warm_n = max(warmup_requests, 0)
+    items = _prompts_for(prompts, num_prompts + warm_n, input_len, seed)
+    # Warmup takes the items after the measured ones, so a text workload's measured prompts are not cached by it.
+    bodies = [build_body(backend, model, p, output_len, ignore_eos) for p in items[:num_prompts]]
+    warm_bodies = [build_body(backend, model, p, min(output_len, 32), ignore_eos) for p in items[num_prompts:]]
+    prompt_len = input_len if prompts is None else 0  # text: the server's prompt_tokens fill it in
+    keep_text = sample_outputs > 0
     row = {"status": "ok", "error": "", "errors": [], "num_prompts": num_prompts,
            "warmup_requests": len(warm_bodies)}
     deadline = time.monotonic() + cell_timeout
@@ -226,7 +277,7 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
         warm = []
         try:
             await asyncio.wait_for(
-                _drive(host, port, path, warm_bodies, input_len, backend, len(warm_bodies), headers,
+                _drive(host, port, path, warm_bodies, prompt_len, backend, len(warm_bodies), headers,
                        request_timeout, warm),
                 max(deadline - time.monotonic(), 0.001))
         except asyncio.TimeoutError:
@@ -240,8 +291,8 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     marks = [time.perf_counter()]
     try:
         await asyncio.wait_for(
-            _drive(host, port, path, bodies, input_len, backend, concurrency, headers, request_timeout,
-                   results, on_start=marks.append),
+            _drive(host, port, path, bodies, prompt_len, backend, concurrency, headers, request_timeout,
+                   results, keep_text=keep_text, on_start=marks.append),
             max(deadline - time.monotonic(), 0.001))
     except asyncio.TimeoutError:
         row["status"] = "timeout"
@@ -249,8 +300,13 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
             cell_timeout, len(results), num_prompts)
     duration = time.perf_counter() - marks[-1]
     row["client_cpu_s"] = time.process_time() - cpu0
-    accept = read_accept_length(base_url, api_key=api_key)
-    row.update(compute_metrics(results, duration, accept))
+    running_average = None
+    if not any(r.spec_verify_ct for r in results):
+        running_average = read_accept_length(base_url, api_key=api_key)
+    row.update(compute_metrics(results, duration, running_average))
+    row["spec_totals"] = spec_totals(results)
+    row["requests"] = [request_record(r) for r in results]
+    row["samples"] = _sampled_outputs(results, sample_outputs)
     row["errors"] = first_errors(results)
     if row["status"] == "ok" and row["failed"]:
         row["status"] = "error"
@@ -258,9 +314,54 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     return row
 
 
+async def run_soak_async(base_url, backend="sglang", model="default", concurrency=8, output_len=256,
+                         rounds=1, request_timeout=600.0, timeout=1800.0, api_key=None, prompts=None,
+                         input_len=60, seed=0):
+    """The shrinking batch: `concurrency` requests start together with output lengths output_len*k/C
+    (k = 1..C, ignore_eos, so they are exact) and finish one after another, so the running batch passes through
+    every size from C down to 1 (CUDA-graph replay at each batch size, the known crash pattern of speculative
+    decoding). Repeated `rounds` times. Returns {"status", "error", "rounds", "requests", "failed", "errors"}."""
+    if concurrency < 1 or rounds < 1 or output_len < 1:
+        raise ValueError("concurrency, rounds and output_len must be >= 1")
+    host, port = split_url(base_url)
+    path = PATHS[backend]
+    headers = {"Authorization": "Bearer %s" % api_key} if api_key else None
+    items = _prompts_for(prompts, concurrency, input_len, seed)
+    lengths = [max(1, output_len * (k + 1) // concurrency) for k in range(concurrency)]
+    prompt_len = input_len if prompts is None else 0
+    out = {"status": "ok", "error": "", "rounds": 0, "requests": 0, "failed": 0, "errors": [],
+           "batch_sizes": list(range(concurrency, 0, -1)), "output_lengths": lengths}
+    deadline = time.monotonic() + timeout
+    results = []
+    for _ in range(rounds):
+        bodies = [build_body(backend, model, p, n, True) for p, n in zip(items, reversed(lengths))]
+        batch = []
+        try:
+            await asyncio.wait_for(_drive(host, port, path, bodies, prompt_len, backend, concurrency, headers,
+                                          request_timeout, batch), max(deadline - time.monotonic(), 0.001))
+        except asyncio.TimeoutError:
+            out.update(status="timeout", error="soak exceeded its %.0fs bound" % timeout)
+        results += batch
+        out["rounds"] += 1
+        if out["status"] != "ok" or not all(r.success for r in batch):
+            break
+    out["requests"] = len(results)
+    out["failed"] = sum(1 for r in results if not r.success)
+    out["errors"] = first_errors(results)
+    if out["status"] == "ok" and (out["failed"] or len(results) < rounds * concurrency):
+        out.update(status="error", error="%d of %d soak requests failed: %s" % (
+            out["failed"], len(results), "; ".join(out["errors"])))
+    return out
+
+
 def run_cell(**kwargs):
     """Blocking wrapper around run_cell_async (fresh event loop per cell)."""
     return asyncio.run(run_cell_async(**kwargs))
+
+
+def run_soak(**kwargs):
+    """Blocking wrapper around run_soak_async."""
+    return asyncio.run(run_soak_async(**kwargs))
 
 
 def main(argv=None):

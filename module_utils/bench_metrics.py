@@ -6,13 +6,20 @@ compute_metrics() turns a cell's results into the dict bench_serving writes to i
 output_throughput (tok/s), mean/median/std/p99 TTFT, TPOT, ITL (ms), E2E latency, concurrency,
 accept_length. Percentiles use linear interpolation like numpy.percentile; an empty list gives 0 like
 bench_serving's `np.mean(x or 0)`.
+
+Speculative acceptance is per cell, from the requests' own figures (real SGLang's final /generate meta_info):
+accept_length = sum(completion_tokens) / sum(spec_verify_ct) (each request's spec_accept_length is its
+completion_tokens / spec_verify_ct, so this weights requests by their steps, never a mean of means) and
+accept_rate = sum(spec_accepted_drafts) / sum(spec_proposed_drafts). A server's /server_info figure is a running
+average since it started (warmup, smoke and every earlier cell included): used only when no request carried figures,
+and labelled so (accept_length_source).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-# The metric keys every row carries, in bench_serving's order (accept_length last; None when unknown).
+# The metric keys every row carries, in bench_serving's order, then the acceptance figures (None when unknown).
 METRIC_KEYS = (
     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
     "request_throughput", "input_throughput", "output_throughput", "total_throughput",
@@ -21,7 +28,7 @@ METRIC_KEYS = (
     "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "median_tpot_ms", "std_tpot_ms", "p99_tpot_ms",
     "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p95_itl_ms", "p99_itl_ms", "max_itl_ms",
-    "concurrency", "accept_length",
+    "concurrency", "accept_length", "accept_rate", "accept_length_source",
 )
 
 
@@ -38,6 +45,36 @@ class RequestResult:
     start_time: float = 0.0
     error: str = ""
     text: str = ""
+    spec_verify_ct: int = 0
+    spec_accepted_drafts: int = 0
+    spec_proposed_drafts: int = 0
+
+
+def request_record(r):
+    """The compact per-request record a row keeps, so a report can recompute the cell's figures."""
+    return {"success": r.success, "prompt_tokens": r.prompt_len, "completion_tokens": r.output_len,
+            "spec_verify_ct": r.spec_verify_ct, "spec_accepted_drafts": r.spec_accepted_drafts,
+            "spec_proposed_drafts": r.spec_proposed_drafts}
+
+
+def spec_totals(results):
+    """Sums of the speculative figures over the successful requests that carried them."""
+    with_spec = [r for r in results if r.success and r.spec_verify_ct > 0]
+    return {"requests": len(with_spec), "completion_tokens": sum(r.output_len for r in with_spec),
+            "verify_ct": sum(r.spec_verify_ct for r in with_spec),
+            "accepted_drafts": sum(r.spec_accepted_drafts for r in with_spec),
+            "proposed_drafts": sum(r.spec_proposed_drafts for r in with_spec)}
+
+
+def acceptance(results, server_running_average=None):
+    """(accept_length, accept_rate, source): per-request weighted figures, else the server's running average."""
+    totals = spec_totals(results)
+    if totals["verify_ct"] > 0:
+        rate = totals["accepted_drafts"] / totals["proposed_drafts"] if totals["proposed_drafts"] else None
+        return totals["completion_tokens"] / totals["verify_ct"], rate, "per_request"
+    if server_running_average is not None:
+        return float(server_running_average), None, "server_running_average"
+    return None, None, None
 
 
 def percentile(values, q):
@@ -72,11 +109,12 @@ def _ms(values):
             "std": std(values) * 1000.0}
 
 
-def compute_metrics(results, duration, accept_length=None):
+def compute_metrics(results, duration, server_accept_length=None):
     """Aggregate one cell (bench_serving.calculate_metrics semantics).
 
     results: list of RequestResult; duration: wall seconds of the measured phase (> 0).
     Failed requests count in `failed` and add nothing else, exactly as in bench_serving.
+    server_accept_length: /server_info's running average, used only when no request carried spec figures.
     """
     if duration <= 0:
         raise ValueError("duration must be > 0, got %r" % (duration,))
@@ -91,6 +129,7 @@ def compute_metrics(results, duration, accept_length=None):
     tpot = _ms(tpots)
     itl = _ms(itls)
     e2e = _ms(latencies)
+    accept_length, accept_rate, source = acceptance(results, server_accept_length)
     return {
         "duration": duration,
         "completed": len(ok),
@@ -122,6 +161,8 @@ def compute_metrics(results, duration, accept_length=None):
         "max_itl_ms": (max(itls) * 1000.0) if itls else 0.0,
         "concurrency": sum(latencies) / duration,
         "accept_length": accept_length,
+        "accept_rate": accept_rate,
+        "accept_length_source": source,
     }
 
 

@@ -92,8 +92,12 @@ class FixtureServer:
             await asyncio.sleep(3600)
         if path == "/generate":
             n = req["sampling_params"]["max_new_tokens"]
+            prompt = req.get("input_ids") or req.get("text", "").split()
         else:
             n = req["max_tokens"]
+            prompt = req.get("prompt") or " ".join(m["content"] for m in req.get("messages", [])).split()
+        prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        steps = 0
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
 
         def chunk(obj):
@@ -108,20 +112,29 @@ class FixtureServer:
             if sent:
                 await asyncio.sleep(self.itl)
             sent += step
+            steps += 1
             piece = "t" * step
             text += piece
             if self.fault == "close_midway" and sent > n // 2:
                 writer.transport.abort()
                 return
             if path == "/generate":
-                chunk({"text": text, "meta_info": {"completion_tokens": sent, "prompt_tokens": 1}, "index": 0})
+                meta = {"completion_tokens": sent, "prompt_tokens": prompt_tokens, "finish_reason": None}
+                if sent == n:  # real SGLang: the finished chunk has the finish reason and, speculative, spec_*
+                    meta["finish_reason"] = {"type": "length", "length": n}
+                    if self.tokens_per_chunk > 1 and steps > 1:
+                        verify = steps - 1
+                        meta.update(spec_verify_ct=verify, spec_accepted_drafts=n - 1 - verify,
+                                    spec_proposed_drafts=verify * (self.tokens_per_chunk - 1),
+                                    spec_accept_length=n / verify)
+                chunk({"text": text, "meta_info": meta, "index": 0})
             elif path == "/v1/completions":
                 chunk({"choices": [{"index": 0, "text": piece}]})
             else:
                 chunk({"choices": [{"index": 0, "delta": {"content": piece}}]})
             await writer.drain()
         if path != "/generate":
-            chunk({"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": 1}})
+            chunk({"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": prompt_tokens}})
         chunk(b"[DONE]")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
@@ -281,3 +294,75 @@ def test_http_error_class_is_raised_for_non_200():
                 conn.close()
         with pytest.raises(HttpError, match="HTTP 500"):
             asyncio.run(go())
+
+
+def test_accept_length_is_per_request_not_the_servers_running_average():
+    # 16 tokens in chunks of 1 (prefill) + 4 + 4 + 4 + 3: verify_ct 4, accept length 16/4 per request. The server's
+    # running average says 9.0 (what earlier cells left): the row must not take it.
+    with FixtureServer(tokens_per_chunk=4, accept_length=9.0) as server:
+        row = cell(server)
+    assert row["accept_length_source"] == "per_request"
+    assert row["accept_length"] == pytest.approx(16 / 4)
+    assert row["accept_rate"] == pytest.approx((16 - 1 - 4) / (4 * 3))
+    assert len(row["requests"]) == 6
+    assert {r["spec_verify_ct"] for r in row["requests"]} == {4}
+    assert sum(r["completion_tokens"] for r in row["requests"]) == 6 * 16
+
+
+def test_server_running_average_only_without_per_request_figures_and_labelled():
+    with FixtureServer(accept_length=3.25) as server:
+        row = cell(server)
+    assert row["accept_length"] == 3.25 and row["accept_length_source"] == "server_running_average"
+    assert row["accept_rate"] is None
+
+
+def test_weighted_acceptance_is_not_a_mean_of_means():
+    from module_utils.bench_metrics import RequestResult, acceptance
+    short = RequestResult(success=True, output_len=4, spec_verify_ct=3, spec_accepted_drafts=0,
+                          spec_proposed_drafts=9)          # 1.33 per step
+    long = RequestResult(success=True, output_len=100, spec_verify_ct=20, spec_accepted_drafts=79,
+                         spec_proposed_drafts=60 * 3)      # 5.0 per step
+    length, rate, source = acceptance([short, long])
+    assert length == pytest.approx(104 / 23)               # not (1.33 + 5.0) / 2 = 3.17
+    assert rate == pytest.approx(79 / 189) and source == "per_request"
+
+
+def test_text_prompts_go_to_generate_as_text_and_the_server_counts_their_tokens():
+    prompts = [{"text": "one two three", "messages": [{"role": "user", "content": "one two three"}]},
+               {"text": "four five", "messages": [{"role": "user", "content": "four five"}]}]
+    with FixtureServer() as server:
+        row = cell(server, prompts=prompts, ignore_eos=False, sample_outputs=2)
+        sent = [req for path, req, _ in server.requests if path == "/generate"]
+    assert row["status"] == "ok"
+    assert all("text" in r and "input_ids" not in r for r in sent)
+    assert all(r["sampling_params"]["ignore_eos"] is False for r in sent)
+    # 6 measured requests cycle the 2 prompts: 3 x 3 + 3 x 2 prompt tokens as the server counted them
+    assert row["total_input_tokens"] == 15
+    assert len(row["samples"]) == 2 and all(s["text"] == "t" * 16 for s in row["samples"])
+
+
+def test_chat_backend_sends_the_conversation_not_the_rendered_text():
+    prompts = [{"text": "<|user|>hi<|assistant|>", "messages": [{"role": "user", "content": "hi there"}]}]
+    with FixtureServer() as server:
+        row = cell(server, backend="sglang-oai-chat", prompts=prompts)
+        sent = [req for path, req, _ in server.requests if path == "/v1/chat/completions"]
+    assert row["status"] == "ok" and sent
+    assert all(r["messages"] == [{"role": "user", "content": "hi there"}] for r in sent)
+
+
+def test_soak_shrinks_the_batch_from_c_to_1():
+    with FixtureServer(itl=0.001) as server:
+        out = bench_client.run_soak(base_url=server.url, concurrency=4, output_len=16, rounds=2,
+                                    request_timeout=10, timeout=20)
+        lengths = sorted(req["sampling_params"]["max_new_tokens"] for _, req, _ in server.requests)
+    assert out["status"] == "ok" and out["rounds"] == 2 and out["requests"] == 8
+    assert out["batch_sizes"] == [4, 3, 2, 1]
+    assert lengths == [4, 4, 8, 8, 12, 12, 16, 16]  # distinct lengths: requests finish one after another
+
+
+def test_soak_reports_a_server_that_dies_midway():
+    with FixtureServer(fault="close_midway") as server:
+        out = bench_client.run_soak(base_url=server.url, concurrency=3, output_len=16, rounds=3,
+                                    request_timeout=10, timeout=20)
+    assert out["status"] == "error" and out["rounds"] == 1
+    assert out["failed"] >= 1 and "soak requests failed" in out["error"]

@@ -50,7 +50,8 @@ def test_empty_matrix_refused_before_any_request():
 
 
 def test_cells_order_and_bound():
-    assert bench_matrix.cells(GOOD) == [(60, 1), (60, 8), (1024, 1), (1024, 8)]
+    assert [(w["id"], c) for w, c in bench_matrix.cells(GOOD)] == [
+        ("random-ids/ctx60", 1), ("random-ids/ctx60", 8), ("random-ids/ctx1024", 1), ("random-ids/ctx1024", 8)]
     assert bench_matrix.worst_case_seconds(GOOD) == 4 * 30
 
 
@@ -123,7 +124,8 @@ def test_bench_serving_argv_matches_the_seed_command():
                                            1024, 8, 32, "/tmp/o.jsonl")
     joined = " ".join(argv)
     assert joined.startswith("/v/bin/python -m sglang.bench_serving --backend sglang")
-    for part in ("--dataset-name random", "--random-input-len 1024", "--random-output-len 8",
+    assert argv[argv.index("--dataset-name") + 1] == "random-ids"  # `random` would download ShareGPT
+    for part in ("--random-input-len 1024", "--random-output-len 8",
                  "--random-range-ratio 1.0", "--num-prompts 32", "--max-concurrency 8",
                  "--output-file /tmp/o.jsonl"):
         assert part in joined
@@ -134,13 +136,16 @@ import argparse, json, sys, time
 p = argparse.ArgumentParser()
 for a in ("--backend", "--base-url", "--dataset-name", "--random-input-len", "--random-output-len",
           "--random-range-ratio", "--num-prompts", "--max-concurrency", "--warmup-requests", "--output-file",
-          "--tokenizer", "--model"):
+          "--tokenizer", "--model", "--dataset-path", "--sharegpt-output-len"):
     p.add_argument(a)
 p.add_argument("--disable-tqdm", action="store_true")
 a = p.parse_args()
 if a.random_input_len == "13":
     time.sleep(30)
 n = int(a.num_prompts)
+if a.dataset_name == "sharegpt":
+    json.load(open(a.dataset_path))
+    a.random_input_len, a.random_output_len = "7", a.sharegpt_output_len
 row = {"backend": a.backend, "completed": n, "total_input_tokens": n * int(a.random_input_len),
        "total_output_tokens": n * int(a.random_output_len), "output_throughput": 1234.5, "mean_ttft_ms": 40.0,
        "median_ttft_ms": 40.0, "p99_ttft_ms": 41.0, "mean_itl_ms": 8.0, "median_itl_ms": 8.0, "p99_itl_ms": 9.0,
@@ -181,3 +186,109 @@ def test_bench_serving_cell_is_bounded(fake_sglang, tmp_path):
                                                cell_timeout_s=1.5), output_path=str(tmp_path / "o.jsonl"))
     assert summary["failed_cells"] == 1
     assert "exceeded the 1.5s cell bound" in summary["failures"][0]
+
+
+def test_bench_serving_dataset_cell_is_offline_with_dataset_path(fake_sglang, tmp_path):
+    data = tmp_path / "sg.json"
+    data.write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "hello there"}]}]))
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, client="sglang.bench_serving",
+                                               venv_python=fake_sglang, context_lengths=[], concurrencies=[2],
+                                               dataset_path=str(data), prompt_format="plain"),
+                                          output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["ok_cells"] == 1 and rows[0]["workload"] == "dataset/sg" and rows[0]["cell"] == "ds-sg_c2"
+    assert rows[0]["bench_client"] == "sglang.bench_serving" and rows[0]["dataset_name"] == "sharegpt"
+    assert rows[0]["accept_length_source"] == "server_running_average"  # bench_serving reads /server_info
+    argv = bench_matrix.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python"),
+                                           bench_matrix.workloads(spec(dataset_path=str(data)))[-1], 2, 8, "/o")
+    assert argv[argv.index("--dataset-path") + 1] == str(data)
+
+
+CODE_SET = [{"id": "c1", "messages": [{"role": "user", "content": "Write a Python function add(a, b)."}]},
+            {"id": "c2", "messages": [{"role": "user", "content": "Write a bash loop over files."}]}]
+
+
+def test_prompt_set_cells_carry_per_request_acceptance_and_real_token_counts(tmp_path):
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer(tokens_per_chunk=3) as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[], concurrencies=[1, 2],
+                                               prompt_sets={"code": CODE_SET}, prompt_format="plain",
+                                               sample_outputs=2), output_path=str(out))
+        sent = [req for path, req, _ in server.requests if path == "/generate"]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["ok_cells"] == 2 and [r["cell"] for r in rows] == ["code_c1", "code_c2"]
+    assert summary["workloads"]["prompts/code"].startswith("plain role lines")
+    assert all(r["text"].startswith("user: Write a") and r["text"].endswith("assistant:") for r in sent)
+    for r in rows:
+        assert r["workload"] == "prompts/code" and r["prompt_set"] == "code" and r["ignore_eos"] is False
+        # 8 tokens: prefill 1, then steps of 3, 3, 1 -> 3 verify steps per request
+        assert r["accept_length_source"] == "per_request" and r["accept_length"] == pytest.approx(8 / 3)
+        assert r["spec_totals"]["verify_ct"] == 3 * r["completed"]
+        assert r["context_length"] == round(sum(q["prompt_tokens"] for q in r["requests"]) / len(r["requests"]))
+        assert r["degenerate"]["checked"] == 2
+
+
+def test_degenerate_bench_outputs_are_flagged_with_evidence(tmp_path):
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer() as server:   # the fixture answers "tttt...": one word, but a loop only from 12 words
+        server_url = server.url
+        looping = [{"id": "x", "messages": [{"role": "user", "content": "say it"}]}]
+        summary = bench_matrix.run_matrix(spec(base_url=server_url, context_lengths=[], concurrencies=[1],
+                                               prompt_sets={"loop": looping}, prompt_format="plain",
+                                               sample_outputs=1), output_path=str(out))
+    assert summary["ok_cells"] == 1
+    check = bench_matrix.degenerate_check([{"index": 0, "text": "the sea the sea " * 10}, {"index": 1, "text": "Paris."}])
+    assert check["checked"] == 2 and check["flagged"] == 1
+    assert "repetition loop" in check["evidence"][0]["reason"] and check["evidence"][0]["index"] == 0
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"context_lengths": [], "prompt_sets": {"chat": []}}, "prompt set 'chat' is empty"),
+    ({"prompt_sets": {"chat": [{"id": "a", "messages": []}]}}, "needs messages"),
+    ({"prompt_format": "html"}, "prompt_format must be one of"),
+    ({"context_lengths": [], "prompt_sets": {}}, "context_lengths is empty"),
+    ({"soak_concurrency": -1}, "soak_concurrency must be"),
+])
+def test_bad_workloads_are_named(change, message):
+    errors = bench_matrix.validate_spec(spec(**change))
+    assert any(message in e for e in errors), errors
+
+
+def test_missing_dataset_refused_before_any_request(tmp_path):
+    with FixtureServer() as server:
+        with pytest.raises(ValueError, match="does not exist on this host"):
+            bench_matrix.run_matrix(spec(base_url=server.url, dataset_path=str(tmp_path / "none.json")))
+        assert server.requests == []
+
+
+def test_chat_template_required_but_unrenderable_is_refused(tmp_path):
+    with FixtureServer() as server:
+        with pytest.raises(ValueError, match="prompt_format chat-template"):
+            bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[], prompt_sets={"code": CODE_SET},
+                                         prompt_format="chat-template", venv_python="/usr/bin/python3",
+                                         tokenizer=str(tmp_path)))
+        assert [p for p, _, _ in server.requests if p == "/generate"] == []
+
+
+def test_soak_row_follows_the_matrix(tmp_path):
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1],
+                                               soak_concurrency=3, soak_rounds=2), output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["phase"] for r in rows] == ["matrix", "soak"]
+    assert rows[1]["cell"] == "soak_c3" and rows[1]["status"] == "ok" and rows[1]["requests"] == 6
+    assert summary["soak"]["status"] == "ok" and summary["rows"] == 1
+
+
+def test_soak_fails_when_the_unit_was_restarted(tmp_path, monkeypatch):
+    states = iter([{"main_pid": 10, "n_restarts": 0, "active": "active"},
+                   {"main_pid": 11, "n_restarts": 1, "active": "active"}])
+    monkeypatch.setattr(bench_matrix, "unit_state", lambda unit: next(states))
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1],
+                                               soak_concurrency=2, service_unit="sglang.service"))
+    assert summary["soak"]["status"] == "failed"
+    assert "MainPID 10 -> 11, restarts 0 -> 1" in summary["soak"]["error"]

@@ -23,7 +23,7 @@ def test_compute_metrics_by_hand():
     a = RequestResult(success=True, prompt_len=10, output_len=5, ttft=0.1, latency=0.5, itl=[0.1] * 4)
     b = RequestResult(success=True, prompt_len=10, output_len=3, ttft=0.3, latency=0.7, itl=[0.2, 0.2])
     bad = RequestResult(success=False, prompt_len=10, error="x")
-    m = compute_metrics([a, b, bad], duration=2.0, accept_length=3.5)
+    m = compute_metrics([a, b, bad], duration=2.0, server_accept_length=3.5)
     assert set(METRIC_KEYS) == set(m)
     assert m["completed"] == 2 and m["failed"] == 1
     assert m["total_input_tokens"] == 20 and m["total_output_tokens"] == 8
