@@ -60,7 +60,8 @@ def test_smoke_passes_on_the_standin_and_records_speed_and_accept_length():
     assert out["ok"], out["failures"]
     assert [a["output"] for a in out["answers"]] == ["Paris", "42", "blue harbour lantern"]
     assert out["completion_tokens"] == 40 and out["tok_s"] > 0 and out["ttft_s"] > 0
-    assert out["accept_length"] == pytest.approx(4.48)
+    # /server_info's running average since start (warmup and these smoke requests): above 1 with DFLASH
+    assert 1.0 < out["accept_length"] <= 16
 
 
 def test_smoke_fails_on_garbage_and_shows_outputs():

@@ -11,7 +11,8 @@ import threading
 import time
 import traceback
 import uuid
-from typing import Optional
+from dataclasses import dataclass
+from typing import Iterator, Optional
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang_standin import __version__, engine
@@ -38,6 +39,9 @@ HAS_READY = _version_tuple(SGLANG_VERSION) >= (0, 5, 23)
 OPEN_PREFIXES = ("/health", "/metrics") + (("/ready",) if HAS_READY else ())
 WEIGHT_VERSION = "default"
 EOS_TOKEN_ID = 2  # what meta_info.finish_reason.matched / matched_stop name when the model stopped by itself
+# SGLang's warmup request (http_server._execute_server_warmup): /generate of this prompt, 8 new tokens.
+WARMUP_PROMPT = "The capital city of France is"
+WARMUP_TOKENS = 8
 
 
 def token_id(tok: str) -> int:
@@ -45,18 +49,30 @@ def token_id(tok: str) -> int:
     return int.from_bytes(tok.encode()[:8].ljust(8, b"\0"), "little") % 49152
 
 
+def spec_shape(args) -> Optional[engine.SpecShape]:
+    """The speculative decoding shape of the parsed flags (None without): draft tokens per step from
+    --speculative-num-draft-tokens or the DFLASH block size (else the engine's default), DDTREE's budget and topk cap
+    (flags of the lab patch series)."""
+    if not args.speculative_enabled:
+        return None
+    return engine.SpecShape.resolve(args.speculative_algorithm,
+                                    args.speculative_num_draft_tokens or args.speculative_dflash_block_size,
+                                    getattr(args, "speculative_ddtree_budget", None),
+                                    getattr(args, "speculative_ddtree_topk_cap", None))
+
+
 def _resolved_defaults(args) -> dict:
     """Server arguments that real ServerArgs.__post_init__ resolves from the model and the GPU (None on the
     command line, a value in /server_info); the stand-in fills them with plausible values of the same type."""
-    spec = args.speculative_enabled
+    spec = spec_shape(args)
     out = {"tokenizer_path": args.model_path, "served_model_name": args.model_path, "device": "cuda",
            "page_size": 1, "random_seed": 42, "chunked_prefill_size": 8192, "cuda_graph_max_bs": 256,
            "cuda_graph_bs": [1, 2, 4, 8, 16, 24, 32, 40, 48], "custom_weight_loader": [], "mm_process_config": {},
            "piecewise_cuda_graph_max_tokens": 8192, "piecewise_cuda_graph_tokens": [4, 8, 16, 32],
            "expert_distribution_recorder_buffer_size": 1000, "speculative_moe_runner_backend": "auto"}
     if spec:
-        out.update(speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=4,
-                   speculative_draft_model_revision="main")
+        out.update(speculative_num_steps=1, speculative_eagle_topk=1,
+                   speculative_num_draft_tokens=spec.num_draft_tokens, speculative_draft_model_revision="main")
     return out
 
 
@@ -94,6 +110,41 @@ def env_float(name: str, default: float) -> float:
         return default
 
 
+@dataclass
+class Decode:
+    """How one request decodes: the visible tokens per forward (the prefill token, then one group per verify step)
+    and the speculative verify steps (tokens each, bonus included; empty without speculative decoding)."""
+    groups: list
+    steps: list
+
+
+def plan_decode(spec: Optional[engine.SpecShape], text: str, toks: list, stopped: bool) -> Decode:
+    """The decode of toks for a prompt. A request that stopped by itself also decoded its EOS token (real SGLang
+    counts it; the stand-in's answers leave it out): the schedule covers it, hidden at the end of the last step."""
+    if spec is None:
+        return Decode([[t] for t in toks], [])
+    steps = spec.schedule(len(toks) + int(stopped), engine.text_class(text))
+    sizes = [1] + steps
+    if stopped:
+        sizes[-1] -= 1
+    groups, at = [], 0
+    for size in sizes:
+        if size:
+            groups.append(toks[at:at + size])
+            at += size
+    return Decode(groups, steps)
+
+
+def spec_figures(spec: Optional[engine.SpecShape], completion_tokens: int, steps: list) -> dict:
+    """meta_info spec_* of a finished request (real: only when it had a verify step and drafts were proposed)."""
+    proposed = len(steps) * spec.drafts_per_step if spec else 0
+    if not steps or not proposed:
+        return {}
+    accepted = sum(steps) - len(steps)
+    return {"spec_accept_rate": accepted / proposed, "spec_accept_length": completion_tokens / len(steps),
+            "spec_accepted_drafts": accepted, "spec_proposed_drafts": proposed, "spec_verify_ct": len(steps)}
+
+
 class State:
     def __init__(self, args: ServerArgs):
         self.args = args
@@ -102,16 +153,24 @@ class State:
         self.fault = os.environ.get("SGLANG_STANDIN_FAULT", "none") or "none"
         if self.fault not in FAULTS:
             raise SystemExit(f"SGLANG_STANDIN_FAULT={self.fault!r} is not one of {', '.join(FAULTS)}")
-        default_accept = 4.48 if args.speculative_enabled else None
-        raw_accept = os.environ.get("SGLANG_STANDIN_ACCEPT_LENGTH", "")
-        self.accept_length = float(raw_accept) if raw_accept else default_accept
+        self.spec = spec_shape(args)
+        try:  # the acceptance model's knobs, checked once at start-up
+            engine.accept_probabilities()
+            engine.forced_accept_length()
+        except ValueError as exc:
+            raise SystemExit(f"stand-in acceptance model: {exc}") from None
         self.timing = engine.Timing(
             ttft_ms=env_float("SGLANG_STANDIN_TTFT_MS", 40.0),
             itl_ms=env_float("SGLANG_STANDIN_ITL_MS", 8.0),
             itl_slope_ms=env_float("SGLANG_STANDIN_ITL_SLOPE_MS", 0.05),
             prefill_us_per_token=env_float("SGLANG_STANDIN_PREFILL_US_PER_TOKEN", 20.0),
             max_running=args.max_running_requests or 256,
+            verify_width=self.spec.verify_width if self.spec else 0,
+            draft_cost=env_float("SGLANG_STANDIN_DRAFT_COST", 0.3),
         )
+        # The scheduler's lifetime speculative totals (tokens of the verify steps, verify steps).
+        self.spec_tokens = 0
+        self.spec_steps = 0
         self.created = int(time.time())
         self.health_s = env_float("SGLANG_STANDIN_HEALTH_S", 1.0)
         self.drain_s = env_float("SGLANG_STANDIN_DRAIN_S", 0.5)
@@ -135,16 +194,31 @@ class State:
             del self.seen_prompts[:-256]
         return max(0, min(best, ptoks - 1))
 
-    def spec_figures(self, n_tokens: int) -> dict:
-        """meta_info spec_* of a finished request with speculative decoding (empty without)."""
-        if not self.args.speculative_enabled or not self.accept_length:
-            return {}
-        verify_ct = max(1, round(max(0, n_tokens - 1) / self.accept_length))
-        accepted = max(0, n_tokens - 1 - verify_ct)
-        proposed = max(accepted, verify_ct * max(1, (self.args.speculative_num_draft_tokens or 4) - 1))
-        return {"spec_accept_rate": accepted / proposed if proposed else 0.0,
-                "spec_accept_length": n_tokens / verify_ct, "spec_accepted_drafts": accepted,
-                "spec_proposed_drafts": proposed, "spec_verify_ct": verify_ct}
+    def generate(self, decode: Decode, prompt_tokens: int) -> Iterator[list]:
+        """Yield the decode's token groups at the configured pace; its steps count in the spec totals before the
+        last group goes out (a client that saw its request finish finds it in /server_info)."""
+        last = len(decode.groups) - 1
+        for i, group in enumerate(self.timing.stream(decode.groups, prompt_tokens)):
+            if i == last:
+                self.count_steps(decode.steps)
+            yield group
+
+    def count_steps(self, steps: list) -> None:
+        with self.lock:
+            self.spec_tokens += sum(steps)
+            self.spec_steps += len(steps)
+
+    def avg_accept_length(self) -> Optional[float]:
+        """internal_states[0].avg_spec_accept_length: verify-step tokens over verify steps since start (the
+        warmup included), None before any; like the scheduler's spec_total_num_accepted_tokens / _forward_ct."""
+        with self.lock:
+            return self.spec_tokens / self.spec_steps if self.spec and self.spec_steps else None
+
+    def warmed_up(self) -> None:
+        """Count SGLang's warmup request (WARMUP_TOKENS of WARMUP_PROMPT, no early stop), then serve."""
+        if self.spec:
+            self.count_steps(self.spec.schedule(WARMUP_TOKENS, engine.text_class(WARMUP_PROMPT)))
+        self.ready = True
 
 
 def make_handler(state: State):
@@ -262,8 +336,9 @@ def make_handler(state: State):
                                  "last_gen_throughput": round(state.timing.throughput(), 3),
                                  "memory_usage": {"weight": 0.27, "kvcache": 27.5, "token_capacity": tokens,
                                                   "graph": 0.13}, "use_mla_backend": False})
-                if args.speculative_enabled and state.accept_length is not None:
-                    internal["avg_spec_accept_length"] = state.accept_length
+                avg = state.avg_accept_length()
+                if avg is not None:
+                    internal["avg_spec_accept_length"] = avg
                 info = dict(sargs)
                 info.update({"status": "ready" if state.ready else "starting", "max_total_num_tokens": tokens,
                              "max_req_input_len": (args.context_length or 8192) - 6,
@@ -313,6 +388,7 @@ def make_handler(state: State):
             rid = uuid.uuid4().hex
             obj = "chat.completion" if chat else "text_completion"
             finish = "length" if len(toks) >= max_tokens else "stop"
+            decode = plan_decode(state.spec, prompt, toks, stopped=finish == "stop")
             matched = EOS_TOKEN_ID if finish == "stop" else None
             created = int(time.time())
             head = {"id": rid, "object": obj + (".chunk" if chat else ""), "created": created, "model": args.model_id}
@@ -322,8 +398,8 @@ def make_handler(state: State):
                     self._chunk({**head, "choices": [{"index": 0, "delta": {
                         "reasoning_content": None, "role": "assistant", "content": ""}, "logprobs": None,
                         "finish_reason": None, "matched_stop": None}]})
-                for i, tok in enumerate(state.timing.stream(toks, ptoks)):
-                    last = i == len(toks) - 1
+                for i, group in enumerate(state.generate(decode, ptoks)):
+                    last, tok = i == len(decode.groups) - 1, "".join(group)
                     if chat:
                         self._chunk({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None,
                                                                                 "content": tok}, "logprobs": None,
@@ -345,7 +421,7 @@ def make_handler(state: State):
                     usage["reasoning_tokens"] = 0
                     self._chunk({**head, "choices": [], "usage": usage})
                 return self._end_stream()
-            text = "".join(state.timing.stream(toks, ptoks))
+            text = "".join(t for group in state.generate(decode, ptoks) for t in group)
             choice: dict = {"index": 0}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
@@ -374,28 +450,29 @@ def make_handler(state: State):
             meta = {"id": rid, "finish_reason": None, "prompt_tokens": ptoks, "weight_version": WEIGHT_VERSION,
                     "total_retractions": 0, "reasoning_tokens": 0, "completion_tokens": 0, "cached_tokens": cached,
                     "cached_tokens_details": {"device": cached, "host": 0} if cached else None, "dp_rank": None}
-            finish = ({"type": "length", "length": max_new} if len(toks) >= max_new
-                      else {"type": "stop", "matched": EOS_TOKEN_ID})
+            stopped = len(toks) < max_new
+            finish = {"type": "stop", "matched": EOS_TOKEN_ID} if stopped else {"type": "length", "length": max_new}
+            decode = plan_decode(state.spec, text_in, toks, stopped)
 
             def finished(m: dict) -> dict:
                 m = dict(m, finish_reason=finish, e2e_latency=time.monotonic() - started)
-                m.update(state.spec_figures(len(toks)))
+                m.update(spec_figures(state.spec, len(toks), decode.steps))
                 return m
 
             if body.get("stream"):
                 self._start_stream()
                 out, ids = "", []
-                for i, tok in enumerate(state.timing.stream(toks, ptoks)):
-                    out += tok
-                    ids.append(token_id(tok))
-                    m = dict(meta, completion_tokens=i + 1)
-                    if i == len(toks) - 1:
+                for i, group in enumerate(state.generate(decode, ptoks)):
+                    out += "".join(group)
+                    ids += [token_id(t) for t in group]
+                    m = dict(meta, completion_tokens=len(ids))
+                    if i == len(decode.groups) - 1:
                         m = finished(m)
                     if i == 0:
                         m["response_sent_to_client_ts"] = time.time()
                     self._chunk({"text": out, "output_ids": list(ids), "meta_info": m})
                 return self._end_stream()
-            out = "".join(state.timing.stream(toks, ptoks))
+            out = "".join(t for group in state.generate(decode, ptoks) for t in group)
             m = finished(dict(meta, completion_tokens=len(toks)))
             m["response_sent_to_client_ts"] = time.time()
             return self._send(200, {"text": out, "output_ids": [token_id(t) for t in toks], "meta_info": m})
@@ -503,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         if state.fault == "hang_warmup":
             hang("during warmup, /health stays 503", stop)
         if not stop.wait(warmup_s):
-            state.ready = True
+            state.warmed_up()
             log("The server is fired up and ready to roll!")
     wait_for_stop(stop, state)
     httpd.shutdown()
