@@ -1,10 +1,18 @@
-"""Controller-side report of bench and sweep results: results/<run>/report.md and PNG plots.
+"""Controller-side report of bench and sweep results: results/<run>/report.md, PNG plots and proposal.yml.
 
-`python -m reporting results/<run>` reads every *.jsonl under the run directory: rows with kind "cell"
-(one benchmark cell, written on the target by module_utils/bench_matrix.py and fetched) and rows with kind
-"config" (one sweep config's outcome: ok, or failed with the step, reason and journal excerpt).
+`python -m reporting RUN_DIR [--slo-ttft-p99-ms X] [--slo-itl-p99-ms Y] [--group-vars-dir DIR] [--no-plots]` reads
+every *.jsonl under the run directory: rows with kind "cell" (one benchmark cell, written on the target by
+module_utils/bench_matrix.py and fetched; phase "soak" = a shrinking-batch soak cell, reported apart) and rows with
+kind "config" (one sweep config's outcome: ok, or failed with the step, reason and journal excerpt). It writes the
+report (speedup over the autoregressive baseline, the winner under the objective, disqualified configs, soak,
+acceptance) and proposal.yml (per host group: the winner and the group_vars fragment that deploys it).
+
+Modules: load (rows), speedup (baseline, speedup, crossover), acceptance (accept length from the requests),
+objective (disqualification, winners), proposal (proposal.yml), render/sections (report.md), plots (PNGs).
 """
 from reporting.load import load_run
+from reporting.objective import Objective, decide
+from reporting.proposal import build_proposal, write_proposal
 from reporting.render import render_report, write_report
 
-__all__ = ["load_run", "render_report", "write_report"]
+__all__ = ["Objective", "build_proposal", "decide", "load_run", "render_report", "write_proposal", "write_report"]

@@ -1,4 +1,6 @@
-"""`python -m reporting results/<run> [--no-plots]`: write report.md (and plots/*.png) into the run directory."""
+"""`python -m reporting RUN_DIR [--slo-ttft-p99-ms X] [--slo-itl-p99-ms Y] [--group-vars-dir DIR] [--no-plots]`:
+write RUN_DIR/report.md, RUN_DIR/plots/*.png and RUN_DIR/proposal.yml; print the report's path, then the proposal's.
+Exit 0 when written (a sweep without a winner is still a report), 2 for bad input."""
 from __future__ import annotations
 
 import argparse
@@ -6,23 +8,49 @@ import sys
 from pathlib import Path
 
 from reporting.load import load_run
+from reporting.objective import Objective
+from reporting.proposal import DEFAULT_GROUP_VARS_DIR, build_proposal, write_proposal
 from reporting.render import write_report
+
+
+def _bound(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of milliseconds, got {text}")
+    return value
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reporting", description=__doc__)
     parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--slo-ttft-p99-ms", type=_bound, metavar="X",
+                        help="SLO mode: p99 time to first token bound (ms)")
+    parser.add_argument("--slo-itl-p99-ms", type=_bound, metavar="Y",
+                        help="SLO mode: p99 inter-token latency bound (ms)")
+    parser.add_argument("--group-vars-dir", type=Path, default=None,
+                        help=f"group_vars to diff the proposal against (default {DEFAULT_GROUP_VARS_DIR})")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib PNGs")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)          # bad options: argparse's message on stderr, exit 2
     if not args.run_dir.is_dir():
         print(f"no such run directory: {args.run_dir}", file=sys.stderr)
         return 2
+    if args.group_vars_dir is not None and not args.group_vars_dir.is_dir():
+        print(f"no such group_vars directory: {args.group_vars_dir}", file=sys.stderr)
+        return 2
     run = load_run(args.run_dir)
-    if not run.cells and not run.configs:
+    if not run.cells and not run.configs and not run.soak:
         print(f"{args.run_dir}: no result rows (*.jsonl with kind cell/config) found", file=sys.stderr)
-        return 1
-    path = write_report(run, args.run_dir, plots=not args.no_plots)
+        return 2
+    objective = Objective.from_bounds(args.slo_ttft_p99_ms, args.slo_itl_p99_ms)
+    proposal, _ = build_proposal(run, objective, args.group_vars_dir or DEFAULT_GROUP_VARS_DIR)
+    proposal_path = write_proposal(proposal, args.run_dir)
+    path = write_report(run, args.run_dir, plots=not args.no_plots, objective=objective, proposal=proposal,
+                        proposal_path=str(proposal_path))
     print(path)
+    print(proposal_path)
     return 0
 
 

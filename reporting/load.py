@@ -1,4 +1,5 @@
-"""Read a run directory: every *.jsonl below it, rows sorted into benchmark cells and sweep configs."""
+"""Read a run directory: every *.jsonl below it, rows sorted into benchmark (matrix) cells, shrinking-batch soak
+cells and sweep configs."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ class Run:
     cells: list = field(default_factory=list)      # kind == "cell": one benchmark cell each
     configs: list = field(default_factory=list)    # kind == "config": one sweep config outcome each
     problems: list = field(default_factory=list)   # unreadable lines, named with file:line
+    soak: list = field(default_factory=list)       # kind == "cell", phase == "soak": shrinking-batch soak cells
 
     def config_names(self):
         """Config names in first-seen order (sweep order), from outcomes first, then cells."""
@@ -39,11 +41,16 @@ class Run:
     def for_host(self, host):
         """The same run restricted to one host's rows (a sweep on several hosts is reported host by host)."""
         return Run(name=self.name, cells=[c for c in self.cells if c.get("host") == host],
-                   configs=[c for c in self.configs if c.get("host") == host], problems=list(self.problems))
+                   configs=[c for c in self.configs if c.get("host") == host], problems=list(self.problems),
+                   soak=[c for c in self.soak if c.get("host") == host])
+
+    def soak_of(self, config, host=None):
+        return [c for c in self.soak if (c.get("config") or "default") == config
+                and (host is None or c.get("host") == host)]
 
     def hosts(self):
         hosts = []
-        for row in self.configs + self.cells:
+        for row in self.configs + self.cells + self.soak:
             host = row.get("host")
             if host and host not in hosts:
                 hosts.append(host)
@@ -66,7 +73,9 @@ def load_run(run_dir) -> Run:
                 run.problems.append(f"{path.relative_to(run_dir)}:{number}: not an object")
                 continue
             kind = row.get("kind")
-            if kind == "cell":
+            if kind == "cell" and row.get("phase") == "soak":
+                run.soak.append(row)        # never a matrix cell: no speedup, no winner, only the soak section
+            elif kind == "cell":
                 run.cells.append(row)
             elif kind == "config":
                 run.configs.append(row)

@@ -1,11 +1,24 @@
 """PNG plots (matplotlib, Agg backend, controller only): throughput vs concurrency per config (one panel per
-context length), and accept length + peak throughput vs speculative budget."""
+workload), speedup over the autoregressive baseline vs concurrency (one panel per workload), and accept length + peak
+throughput vs speculative budget."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from reporting.load import Run
 from reporting.render import accept_length_of, config_status, ok_cells, peak
+from reporting.speedup import baseline_of, is_random_ids, speedups, workload_of
+
+
+def _log2_axis(ax, concurrencies):
+    """x on a log2 scale, ticked and labelled at the measured concurrencies."""
+    from matplotlib.ticker import NullFormatter
+    ax.set_xscale("log", base=2)
+    ticks = sorted({c for c in concurrencies if c})
+    if ticks:
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(int(t)) if float(t).is_integer() else str(t) for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _plt():
@@ -16,9 +29,9 @@ def _plt():
 
 
 def throughput_vs_concurrency(run: Run, path: Path):
-    """One panel per context length; one line per config (ok cells only). None when nothing to plot."""
+    """One panel per workload; one line per config (ok matrix cells only). None when nothing to plot."""
     names = [n for n in run.config_names() if not n.startswith("_")]
-    contexts = sorted({c["context_length"] for c in ok_cells(run.cells) if c.get("context_length")})
+    contexts = sorted({workload_of(c) for c in ok_cells(run.cells) if c.get("max_concurrency")})
     if not contexts:
         return None
     plt = _plt()
@@ -31,12 +44,13 @@ def throughput_vs_concurrency(run: Run, path: Path):
         for name in names:
             for host in hosts:
                 pts = sorted((c["max_concurrency"], c["output_throughput"])
-                             for c in ok_cells(run.cells_of(name, host)) if c.get("context_length") == ctx)
+                             for c in ok_cells(run.cells_of(name, host))
+                             if c.get("max_concurrency") and workload_of(c) == ctx)
                 if pts:
                     label = f"{name}@{host}" if len(hosts) > 1 else name
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"context {ctx} tokens")
+        _log2_axis(ax, [c.get("max_concurrency") for c in ok_cells(run.cells) if workload_of(c) == ctx])
+        ax.set_title(ctx + (" (throughput only)" if is_random_ids(ctx) else ""))
         ax.set_xlabel("concurrency")
         ax.set_ylabel("output tok/s")
         ax.grid(True, alpha=0.3)
@@ -44,6 +58,55 @@ def throughput_vs_concurrency(run: Run, path: Path):
     for j in range(len(contexts), rows * cols):
         axes[j // cols][j % cols].set_visible(False)
     fig.suptitle(f"{run.name}: output throughput vs concurrency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def speedup_vs_concurrency(run: Run, path: Path):
+    """One panel per workload; one line per speculative config (per host if several): speedup over the host's
+    baseline at each concurrency, dashed line at 1.0. None when no host has a baseline and another config."""
+    from reporting.objective import disqualifications
+    hosts = run.hosts() or [None]
+    lines = {}                      # workload -> [(label, [(C, speedup)])]
+    left_out = []                   # disqualified configs: their speedup means nothing (garbage is fast)
+    for host in hosts:
+        baseline = baseline_of(run, host)
+        if baseline is None:
+            continue
+        disq = disqualifications(run, host)
+        for name in [n for n in run.config_names() if not n.startswith("_") and n != baseline]:
+            if name in disq:
+                tag = f"{name}@{host}" if len(hosts) > 1 else name
+                if run.cells_of(name, host) and tag not in left_out:
+                    left_out.append(tag)
+                continue
+            for workload, series in speedups(run, name, baseline, host).items():
+                label = f"{name}@{host}" if len(hosts) > 1 else name
+                lines.setdefault(workload, []).append((label, sorted(series.items())))
+    if not lines:
+        return None
+    plt = _plt()
+    workloads = sorted(lines)
+    cols = min(len(workloads), 2)
+    rows = (len(workloads) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
+    for i, workload in enumerate(workloads):
+        ax = axes[i // cols][i % cols]
+        for label, pts in lines[workload]:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.axhline(1.0, linestyle="--", color="black", linewidth=1, label="baseline (1.0)")
+        _log2_axis(ax, [p[0] for _, pts in lines[workload] for p in pts])
+        ax.set_title(workload + (" (throughput only)" if is_random_ids(workload) else ""))
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("speedup over autoregressive")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    for j in range(len(workloads), rows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    fig.suptitle(f"{run.name}: speedup over autoregressive vs concurrency"
+                 + (f"\n(disqualified, not drawn: {', '.join(left_out)})" if left_out else ""))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -89,5 +152,6 @@ def make_plots(run: Run, out_dir) -> list:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     made = [throughput_vs_concurrency(run, out_dir / "throughput_vs_concurrency.png"),
+            speedup_vs_concurrency(run, out_dir / "speedup_vs_concurrency.png"),
             budget_plot(run, out_dir / "accept_throughput_vs_budget.png")]
     return [p for p in made if p is not None]

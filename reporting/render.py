@@ -1,14 +1,21 @@
-"""report.md from a loaded Run: a summary of configs (best highlighted), a table per config, failures with
-their reasons and journal excerpts, provenance, and links to the plots."""
+"""report.md from a loaded Run: a summary of configs (best peak highlighted), speedup over autoregressive, the
+winner under the objective, disqualified configs with their evidence, the shrinking-batch soak, acceptance, a table
+per config, failures with their reasons and journal excerpts, provenance, and links to the plots."""
 from __future__ import annotations
 
 import datetime
 from pathlib import Path
 
 from reporting.load import Run
+from reporting.objective import Objective, decide
+from reporting.sections import (acceptance_section, disqualified_section, proposal_section, soak_section,
+                                speedup_section, winner_section)
+from reporting.acceptance import cell_acceptance
+from reporting.speedup import workload_of
 
 # Cell columns: (header, row key, decimals)
 CELL_COLUMNS = (
+    ("workload", "workload", 0),
     ("ctx", "context_length", 0),
     ("C", "max_concurrency", 0),
     ("out tok/s", "output_throughput", 1),
@@ -21,6 +28,7 @@ CELL_COLUMNS = (
     ("done/failed", None, 0),
     ("status", "status", 0),
 )
+TPS_COLUMN = [key for _, key, _ in CELL_COLUMNS].index("output_throughput")
 SPEC_KEYS = ("algorithm", "budget", "topk", "block_size", "cuda_graph")
 
 
@@ -45,19 +53,34 @@ def peak(cells):
 
 
 def config_status(run: Run, config):
-    """'ok' | 'failed' | 'partial' for a config: its sweep outcome when there is one, else its cells."""
+    """'ok' | 'failed' | 'partial' | 'disqualified' for a config: its sweep outcome when there is one (a failed soak
+    counts as failed), else its cells; 'disqualified' when a sampled output of an ok config was flagged degenerate."""
     outcome = run.outcome_of(config)
     if outcome is not None:
-        return outcome.get("status", "failed")
+        soak = outcome.get("soak") if isinstance(outcome.get("soak"), dict) else {}
+        status = outcome.get("status", "failed")
+        if status == "ok" and soak.get("status") == "failed":
+            return "failed"
+        if status == "ok" and _degenerate(run, config):
+            return "disqualified"
+        return status
     cells = run.cells_of(config)
     if not cells:
         return "failed"
     good = ok_cells(cells)
+    if good and _degenerate(run, config):
+        return "disqualified"
     return "ok" if len(good) == len(cells) else ("partial" if good else "failed")
 
 
+def _degenerate(run: Run, config):
+    return any(isinstance(c.get("degenerate"), dict) and (c["degenerate"].get("flagged") or 0) > 0
+               for c in run.cells_of(config) + run.soak_of(config))
+
+
 def accept_length_of(run: Run, config):
-    vals = [c["accept_length"] for c in ok_cells(run.cells_of(config)) if c.get("accept_length") is not None]
+    vals = [a for a in (cell_acceptance(c)["accept_length"] for c in ok_cells(run.cells_of(config)))
+            if a is not None]
     if vals:
         return sum(vals) / len(vals)
     outcome = run.outcome_of(config) or {}
@@ -65,11 +88,11 @@ def accept_length_of(run: Run, config):
 
 
 def best_config(run: Run):
-    """Name of the config (not failed) with the highest peak output tok/s, or None."""
+    """Name of the config (not failed, not disqualified) with the highest peak output tok/s, or None."""
     best = None
     best_tps = -1.0
     for name in run.config_names():
-        if name.startswith("_") or config_status(run, name) == "failed":
+        if name.startswith("_") or config_status(run, name) in ("failed", "disqualified"):
             continue
         cell = peak(run.cells_of(name))
         if cell and cell["output_throughput"] > best_tps:
@@ -112,7 +135,9 @@ def _spec(run: Run, config):
     return spec
 
 
-def render_report(run: Run, plots=()) -> str:
+def render_report(run: Run, plots=(), objective=None, proposal=None, proposal_path=None) -> str:
+    """report.md text; objective (reporting.objective.Objective) picks the winner, default throughput; proposal
+    (reporting.proposal.build_proposal()[0]) adds its summary."""
     hosts = run.hosts()
     if len(hosts) > 1:
         # Hosts differ in hardware (nvlink vs pcie): every host gets its own summary, best config and tables.
@@ -120,17 +145,19 @@ def render_report(run: Run, plots=()) -> str:
         lines = [f"# Benchmark report: {run.name}", "",
                  f"Generated {now} from {len(run.cells)} cell rows and {len(run.configs)} sweep outcomes on "
                  f"{len(hosts)} hosts: {', '.join(hosts)}.", ""]
+        if proposal:
+            lines += proposal_section(proposal, proposal_path)
         if plots:
             lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
         for host in hosts:
-            body = render_report(run.for_host(host)).splitlines()
+            body = _render_one(run.for_host(host), (), objective).splitlines()
             body = [("#" + line) if line.startswith("#") else line for line in body[1:]]
             lines += [f"## Host {host}"] + body + [""]
         return "\n".join(lines)
-    return _render_one(run, plots)
+    return _render_one(run, plots, objective, proposal, proposal_path)
 
 
-def _render_one(run: Run, plots=()) -> str:
+def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path=None) -> str:
     lines = [f"# Benchmark report: {run.name}", ""]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
     hosts = run.hosts()
@@ -142,6 +169,7 @@ def _render_one(run: Run, plots=()) -> str:
     counted = [config_status(run, n) for n in names]
     lines.append(f"**{counted.count('ok')} ok, {counted.count('failed')} failed"
                  f"{', %d partial' % counted.count('partial') if counted.count('partial') else ''}"
+                 f"{', %d disqualified' % counted.count('disqualified') if counted.count('disqualified') else ''}"
                  f"** of {len(names)} config(s). Best: {('**' + best + '**') if best else 'none'}.")
     lines.append("")
 
@@ -155,6 +183,11 @@ def _render_one(run: Run, plots=()) -> str:
         cell = peak(run.cells_of(name))
         outcome = run.outcome_of(name) or {}
         reason = outcome.get("reason") or ""
+        soak = outcome.get("soak") if isinstance(outcome.get("soak"), dict) else {}
+        if not reason and soak.get("status") == "failed":
+            reason = f"soak failed: {soak.get('reason') or '?'}"
+        if not reason and status == "disqualified":
+            reason = "degenerate output flagged (see Disqualified)"
         if not reason and status != "ok":
             bad = [c for c in run.cells_of(name) if c.get("status") != "ok"]
             reason = "; ".join(f"{c.get('cell')}: {c.get('error')}" for c in bad[:3])
@@ -182,10 +215,20 @@ def _render_one(run: Run, plots=()) -> str:
         lines += [f"Sweep wall time: {fmt(sweep[-1].get('elapsed_s'), 1)} s "
                   f"(bound {fmt(sweep[-1].get('bound_s'), 0)} s).", ""]
 
+    if proposal:
+        lines += proposal_section(proposal, proposal_path)
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{Path(p).stem}]({p})" for p in plots]
         lines.append("")
+
+    host = hosts[0] if hosts else None
+    decision = decide(run, [host], objective or Objective())
+    lines += speedup_section(run, host)
+    lines += winner_section(run, host, decision)
+    lines += disqualified_section(decision)
+    lines += soak_section(run, host)
+    lines += acceptance_section(run, host)
 
     # Per config
     for name in names:
@@ -216,10 +259,12 @@ def _render_one(run: Run, plots=()) -> str:
             for header, key, digits in CELL_COLUMNS:
                 if key is None:
                     row.append(f"{fmt(c.get('completed'), 0)}/{fmt(c.get('failed'), 0)}")
+                elif key == "workload":
+                    row.append(fmt(workload_of(c)))
                 else:
                     row.append(fmt(c.get(key), digits))
             if c is top:
-                row[2] = f"**{row[2]}**"
+                row[TPS_COLUMN] = f"**{row[TPS_COLUMN]}**"
             if c.get("status") != "ok":
                 row[-1] = f"{c.get('status')}: {fmt((c.get('error') or '')[:120])}"
             rows.append(row)
@@ -250,7 +295,8 @@ def _render_one(run: Run, plots=()) -> str:
     return "\n".join(lines)
 
 
-def write_report(run: Run, run_dir, plots=True) -> Path:
+def write_report(run: Run, run_dir, plots=True, objective=None, proposal=None, proposal_path=None) -> Path:
+    """Write RUN_DIR/report.md (and RUN_DIR/plots/*.png unless plots is False); returns the report's path."""
     run_dir = Path(run_dir)
     made = []
     if plots:
@@ -258,5 +304,5 @@ def write_report(run: Run, run_dir, plots=True) -> Path:
         made = make_plots(run, run_dir / "plots")
     rel = [str(Path(p).relative_to(run_dir)) for p in made]
     path = run_dir / "report.md"
-    path.write_text(render_report(run, rel), encoding="utf-8")
+    path.write_text(render_report(run, rel, objective, proposal, proposal_path), encoding="utf-8")
     return path

@@ -89,7 +89,7 @@ def test_cli_writes_report_and_plots(sweep_dir):
                                                        "MPLCONFIGDIR": str(sweep_dir / ".mpl")})
     assert proc.returncode == 0, proc.stderr
     report = sweep_dir / "report.md"
-    assert proc.stdout.strip() == str(report)
+    assert proc.stdout.splitlines() == [str(report), str(sweep_dir / "proposal.yml")]
     text = report.read_text()
     assert "![throughput_vs_concurrency](plots/throughput_vs_concurrency.png)" in text
     assert "![accept_throughput_vs_budget](plots/accept_throughput_vs_budget.png)" in text
@@ -105,7 +105,7 @@ def test_cli_errors(tmp_path):
     assert missing.returncode == 2 and "no such run directory" in missing.stderr
     empty = subprocess.run([sys.executable, "-m", "reporting", str(tmp_path)], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=60)
-    assert empty.returncode == 1 and "no result rows" in empty.stderr
+    assert empty.returncode == 2 and "no result rows" in empty.stderr
 
 
 def test_plain_bench_run_without_sweep_outcomes(tmp_path):
