@@ -132,6 +132,8 @@ class _Tracker:
             result.spec_verify_ct = int(meta["spec_verify_ct"])
             result.spec_accepted_drafts = int(meta.get("spec_accepted_drafts") or 0)
             result.spec_proposed_drafts = int(meta.get("spec_proposed_drafts") or 0)
+            if meta.get("spec_accept_length") is not None:
+                result.server_accept_length = float(meta["spec_accept_length"])
 
     def _tokens(self, n, now):
         new = n - self.last_len
@@ -194,9 +196,12 @@ async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, hea
                 go.set()
             await go.wait()
             while queue:
+                index = len(bodies) - len(queue)
                 body = queue.pop()
-                results.append(await _one_request(conn, path, body, backend, prompt_len, headers,
-                                                  request_timeout, keep_text))
+                result = await _one_request(conn, path, body, backend, prompt_len, headers, request_timeout,
+                                            keep_text)
+                result.index = index
+                results.append(result)
         finally:
             conn.close()
 
@@ -241,7 +246,7 @@ def _sampled_outputs(results, count):
     if count <= 0 or not done:
         return []
     step = max(1, len(done) // count)
-    return [{"index": i, "text": done[i].text} for i in range(0, len(done), step)][:count]
+    return [{"index": done[i].index, "text": done[i].text} for i in range(0, len(done), step)][:count]
 
 
 async def run_cell_async(base_url, backend="sglang", model="default", input_len=60, output_len=256,
@@ -300,10 +305,11 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
             cell_timeout, len(results), num_prompts)
     duration = time.perf_counter() - marks[-1]
     row["client_cpu_s"] = time.process_time() - cpu0
-    running_average = None
-    if not any(r.spec_verify_ct for r in results):
-        running_average = read_accept_length(base_url, api_key=api_key)
+    # Kept beside the per-cell figure as a diagnostic (what a reader of /server_info would have reported); it is the
+    # cell's accept length only when no request carried figures, and then labelled so.
+    running_average = read_accept_length(base_url, api_key=api_key)
     row.update(compute_metrics(results, duration, running_average))
+    row["server_running_average"] = running_average
     row["spec_totals"] = spec_totals(results)
     row["requests"] = [request_record(r) for r in results]
     row["samples"] = _sampled_outputs(results, sample_outputs)

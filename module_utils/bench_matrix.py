@@ -206,15 +206,20 @@ def redact_argv(argv):
 
 
 def bench_serving_available(venv_python):
-    """True when `sglang.bench_serving` is importable by venv_python (found without importing torch)."""
+    """(True, "") when venv_python can import sglang.bench_serving, else (False, why). It is imported, not only
+    found: real 0.5.11's bench_serving imports `datasets` (a declared sglang dependency) at import time, and a venv
+    without it has the module but cannot run it (seen on the H200)."""
     if not venv_python or not os.path.exists(venv_python):
-        return False
-    code = "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('sglang.bench_serving') else 1)"
+        return False, "no python at %r" % (venv_python,)
     try:
-        return subprocess.run([venv_python, "-c", code], capture_output=True, timeout=60,
-                              check=False).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+        proc = subprocess.run([venv_python, "-c", "import sglang.bench_serving"], capture_output=True, text=True,
+                              timeout=300, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, "could not run %s: %s" % (venv_python, exc)
+    if proc.returncode == 0:
+        return True, ""
+    lines = [line for line in (proc.stderr or "").strip().splitlines() if line.strip()]
+    return False, (lines[-1] if lines else "exit %d" % proc.returncode)
 
 
 def bench_serving_argv(spec, workload, conc, num_prompts, output_file):
@@ -410,10 +415,10 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
         provenance.setdefault("flags", service_argv(spec["service_unit"]))
     client = spec.get("client", "auto")
     if client != "builtin":
-        available = bench_serving_available(spec.get("venv_python"))
+        available, why = bench_serving_available(spec.get("venv_python"))
         if client == "sglang.bench_serving" and not available:
-            raise ValueError("client sglang.bench_serving requested but not importable by %s"
-                             % spec.get("venv_python"))
+            raise ValueError("client sglang.bench_serving requested but not importable by %s: %s"
+                             % (spec.get("venv_python"), why))
         client = "sglang.bench_serving" if available else "builtin"
     model = spec.get("model") or served_model(spec["base_url"], spec.get("api_key"))
     try:

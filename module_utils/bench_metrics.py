@@ -48,13 +48,15 @@ class RequestResult:
     spec_verify_ct: int = 0
     spec_accepted_drafts: int = 0
     spec_proposed_drafts: int = 0
+    server_accept_length: float = None  # the server's own spec_accept_length for this request (a cross-check)
+    index: int = -1                     # position of the request's prompt in the cell's prompt list
 
 
 def request_record(r):
     """The compact per-request record a row keeps, so a report can recompute the cell's figures."""
-    return {"success": r.success, "prompt_tokens": r.prompt_len, "completion_tokens": r.output_len,
+    return {"index": r.index, "success": r.success, "prompt_tokens": r.prompt_len, "completion_tokens": r.output_len,
             "spec_verify_ct": r.spec_verify_ct, "spec_accepted_drafts": r.spec_accepted_drafts,
-            "spec_proposed_drafts": r.spec_proposed_drafts}
+            "spec_proposed_drafts": r.spec_proposed_drafts, "spec_accept_length": r.server_accept_length}
 
 
 def spec_totals(results):

@@ -303,9 +303,14 @@ def test_accept_length_is_per_request_not_the_servers_running_average():
         row = cell(server)
     assert row["accept_length_source"] == "per_request"
     assert row["accept_length"] == pytest.approx(16 / 4)
+    assert row["server_running_average"] == 9.0                 # kept as a diagnostic, not as the figure
+    assert sorted(r["index"] for r in row["requests"]) == list(range(6))
     assert row["accept_rate"] == pytest.approx((16 - 1 - 4) / (4 * 3))
     assert len(row["requests"]) == 6
     assert {r["spec_verify_ct"] for r in row["requests"]} == {4}
+    # each request's own figure (the server's spec_accept_length) is what the counts say
+    assert all(r["spec_accept_length"] == pytest.approx(r["completion_tokens"] / r["spec_verify_ct"])
+               for r in row["requests"])
     assert sum(r["completion_tokens"] for r in row["requests"]) == 6 * 16
 
 

@@ -133,25 +133,32 @@ def test_bench_serving_argv_matches_the_seed_command():
 
 FAKE_BENCH_SERVING = '''
 import argparse, json, sys, time
-p = argparse.ArgumentParser()
-for a in ("--backend", "--base-url", "--dataset-name", "--random-input-len", "--random-output-len",
-          "--random-range-ratio", "--num-prompts", "--max-concurrency", "--warmup-requests", "--output-file",
-          "--tokenizer", "--model", "--dataset-path", "--sharegpt-output-len"):
-    p.add_argument(a)
-p.add_argument("--disable-tqdm", action="store_true")
-a = p.parse_args()
-if a.random_input_len == "13":
-    time.sleep(30)
-n = int(a.num_prompts)
-if a.dataset_name == "sharegpt":
-    json.load(open(a.dataset_path))
-    a.random_input_len, a.random_output_len = "7", a.sharegpt_output_len
-row = {"backend": a.backend, "completed": n, "total_input_tokens": n * int(a.random_input_len),
-       "total_output_tokens": n * int(a.random_output_len), "output_throughput": 1234.5, "mean_ttft_ms": 40.0,
-       "median_ttft_ms": 40.0, "p99_ttft_ms": 41.0, "mean_itl_ms": 8.0, "median_itl_ms": 8.0, "p99_itl_ms": 9.0,
-       "mean_tpot_ms": 8.0, "median_tpot_ms": 8.0, "p99_tpot_ms": 8.5, "accept_length": 4.48, "duration": 1.0}
-with open(a.output_file, "a") as f:
-    f.write(json.dumps(row) + "\\n")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for a in ("--backend", "--base-url", "--dataset-name", "--random-input-len", "--random-output-len",
+              "--random-range-ratio", "--num-prompts", "--max-concurrency", "--warmup-requests", "--output-file",
+              "--tokenizer", "--model", "--dataset-path", "--sharegpt-output-len"):
+        p.add_argument(a)
+    p.add_argument("--disable-tqdm", action="store_true")
+    a = p.parse_args()
+    if a.random_input_len == "13":
+        time.sleep(30)
+    n = int(a.num_prompts)
+    if a.dataset_name == "sharegpt":
+        json.load(open(a.dataset_path))
+        a.random_input_len, a.random_output_len = "7", a.sharegpt_output_len
+    row = {"backend": a.backend, "completed": n, "total_input_tokens": n * int(a.random_input_len),
+           "total_output_tokens": n * int(a.random_output_len), "output_throughput": 1234.5, "mean_ttft_ms": 40.0,
+           "median_ttft_ms": 40.0, "p99_ttft_ms": 41.0, "mean_itl_ms": 8.0, "median_itl_ms": 8.0, "p99_itl_ms": 9.0,
+           "mean_tpot_ms": 8.0, "median_tpot_ms": 8.0, "p99_tpot_ms": 8.5, "accept_length": 4.48, "duration": 1.0}
+    with open(a.output_file, "a") as f:
+        f.write(json.dumps(row) + "\\n")
+
+
+if __name__ == "__main__":
+    main()
 '''
 
 
@@ -292,3 +299,17 @@ def test_soak_fails_when_the_unit_was_restarted(tmp_path, monkeypatch):
                                                soak_concurrency=2, service_unit="sglang.service"))
     assert summary["soak"]["status"] == "failed"
     assert "MainPID 10 -> 11, restarts 0 -> 1" in summary["soak"]["error"]
+
+
+def test_bench_serving_that_fails_to_import_is_not_available(tmp_path, monkeypatch):
+    # real 0.5.11: sglang/bench_serving.py imports `datasets` at import time; found is not enough
+    pkg = tmp_path / "site" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bench_serving.py").write_text("from datasets import load_dataset\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    import sys
+    ok, why = bench_matrix.bench_serving_available(sys.executable)
+    assert not ok and "datasets" in why
+    with pytest.raises(ValueError, match="not importable.*datasets"):
+        bench_matrix.run_matrix(spec(client="sglang.bench_serving", venv_python=sys.executable))
