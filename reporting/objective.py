@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from reporting.speedup import (baseline_of, cell_map, config_names, coverage, geomean, geomean_speedup, is_ok,
+from reporting.speedup import (ranked_workloads, baseline_of, cell_map, config_names, coverage, geomean, geomean_speedup, is_ok,
                                workload_of)
 
 KEEP = "keep autoregressive / keep current"
@@ -48,8 +48,10 @@ class Objective:
 
     def describe(self):
         if self.mode == "slo":
-            return f"SLO ({self.bounds_text()}): best SLO-meeting output throughput, geometric mean over workloads"
-        return "throughput: highest geometric-mean speedup over the baseline's (workload, C) cells"
+            return (f"SLO ({self.bounds_text()}): best SLO-meeting output throughput, geometric mean over workloads "
+                    "(real-text workloads when measured; random ids rank only when nothing else was)")
+        return ("throughput: highest geometric-mean speedup over the baseline's (workload, C) cells (real-text "
+                "workloads when measured; random ids rank only when nothing else was)")
 
     def meets(self, cell):
         """True when the cell is ok and within every given bound (a missing figure does not meet a bound)."""
@@ -220,8 +222,8 @@ def host_facts(run, host, objective):
     disq = disqualifications(run, host)
     scores, not_ranked, slo, closest = {}, {}, {}, {}
     base_cells = cell_map(run, baseline, host) if baseline else {}
-    workloads = sorted({w for w, _ in base_cells}) if baseline else \
-        sorted({workload_of(c) for c in run.cells if c.get("host") == host and is_ok(c)})
+    workloads = ranked_workloads({w for w, _ in base_cells} if baseline else
+                                 {workload_of(c) for c in run.cells if c.get("host") == host and is_ok(c)})
     for name in names:
         mine = cell_map(run, name, host)
         if objective.mode == "slo":

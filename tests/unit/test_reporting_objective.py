@@ -35,12 +35,12 @@ def test_geomean_winner(run):
     d = decide(run, ["h1"])
     assert d.winner == "dd8" and not d.keep
     assert d.baseline == "ar"
-    assert d.scores["dd8"] == pytest.approx((2.5 * 1.5 * 0.9 * 1.5 * 1.1 * 1.1) ** (1 / 6))
+    assert d.scores["dd8"] == pytest.approx((2.5 * 1.5 * 0.9) ** (1 / 3))      # real text only (code)
     assert d.scores["ar"] == pytest.approx(1.0)
-    assert d.scores["dd16"] == pytest.approx((3.0 * 0.8 * 0.5 * 0.9 * 0.9 * 0.5) ** (1 / 6))
+    assert d.scores["dd16"] == pytest.approx((3.0 * 0.8 * 0.5) ** (1 / 3))
     assert set(d.scores) == {"ar", "dd8", "dd16"}
     assert sorted(d.disqualified) == ["broken", "eagle", "soakfail"]
-    assert "1.353x over the baseline ar" in d.reason
+    assert "1.500x over the baseline ar" in d.reason
 
 
 def test_ties_by_name(tmp_path):
@@ -73,12 +73,12 @@ def test_slo_winner(run):
     objective = Objective.from_bounds(ttft_p99_ms=100.0)
     assert objective.mode == "slo"
     d = decide(run, ["h1"], objective)
-    # cells meeting ttft p99 <= 100 ms: C=1 (10 ms) and C=8 (80 ms). Best per workload:
-    #   ar 600 / 600, dd8 900 / 660, dd16 480 / 540
+    # cells meeting ttft p99 <= 100 ms: C=1 (10 ms) and C=8 (80 ms). Best on the real-text workload (code; random
+    # ids do not rank): ar 600, dd8 900, dd16 480
     assert d.absolute["ar"] == pytest.approx(600.0)
-    assert d.absolute["dd8"] == pytest.approx((900.0 * 660.0) ** 0.5)
-    assert d.scores["dd8"] == pytest.approx((900.0 * 660.0) ** 0.5 / 600.0)
-    assert d.scores["dd16"] == pytest.approx((480.0 * 540.0) ** 0.5 / 600.0)
+    assert d.absolute["dd8"] == pytest.approx(900.0)
+    assert d.scores["dd8"] == pytest.approx(900.0 / 600.0)
+    assert d.scores["dd16"] == pytest.approx(480.0 / 600.0)
     assert d.winner == "dd8" and not d.no_slo
 
 
