@@ -94,3 +94,14 @@ def test_the_models_own_loop_disqualifies_no_config(tmp_path):
     decision = decide(run, ["h200"])
     # the random drafter makes DFLASH ~0.3x; NGRAM's geomean over the cells decides against or for it, never DFLASH
     assert decision.winner in ("none", "ngram")
+
+
+def test_bench_serving_ran_offline_on_a_dataset_path():
+    # third device call: the kit plus `datasets` (which 0.5.11's bench_serving imports), HF_HUB_OFFLINE=1, no network
+    got = rows("dflash-bench_serving")
+    assert [r["cell"] for r in got] == ["ds-sharegpt-mini_c1", "ds-sharegpt-mini_c4"]
+    for r in got:
+        assert r["status"] == "ok" and r["bench_client"] == "sglang.bench_serving" and r["dataset_name"] == "sharegpt"
+        assert r["completed"] == 8 and r["failed"] == 0 and r["total_output_tokens"] == 8 * 64
+        # bench_serving can only read /server_info's running average: the row says so
+        assert r["accept_length_source"] == "server_running_average"
