@@ -283,3 +283,22 @@ def test_speculation_decodes_faster_than_autoregressive_at_concurrency_1():
     finally:
         for srv in servers:
             srv.stop()
+
+
+def test_shrinking_batch_fault_kills_the_server_only_after_a_big_batch_shrinks():
+    import concurrent.futures
+    from sglang_standin.local import LocalServer
+    from module_utils import bench_client
+    argv = ["--model-path", "/m", "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/d"]
+    env = {"SGLANG_STANDIN_LOAD_S": "0.1", "SGLANG_STANDIN_WARMUP_S": "0.1", "SGLANG_STANDIN_ITL_MS": "1",
+           "SGLANG_STANDIN_FAULT": "crash_shrinking_batch", "SGLANG_STANDIN_CRASH_BATCH": "4"}
+    with LocalServer(argv, env=env) as srv:
+        srv.wait_for_line("fired up")
+        small = bench_client.run_soak(base_url=srv.url, concurrency=3, output_len=24, rounds=2, request_timeout=20,
+                                      timeout=60)
+        assert small["status"] == "ok"                  # a batch of 3 shrinking to 1 is below the trigger
+        big = bench_client.run_soak(base_url=srv.url, concurrency=4, output_len=24, rounds=1, request_timeout=20,
+                                    timeout=60)
+        assert big["status"] == "error" and big["failed"] >= 1
+        assert srv.wait_exit(20) == 1
+        assert any("replaying the CUDA graph of batch size 1 after the batch shrank from 4" in line for line in srv.lines)

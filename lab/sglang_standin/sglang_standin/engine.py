@@ -284,7 +284,7 @@ class Timing:
     itl*(1+draft_cost) + slope*(running-1)*verify_width, yielding that step's tokens at once."""
 
     def __init__(self, ttft_ms: float, itl_ms: float, itl_slope_ms: float, prefill_us_per_token: float,
-                 max_running: int, verify_width: int = 0, draft_cost: float = 0.0):
+                 max_running: int, verify_width: int = 0, draft_cost: float = 0.0, on_shrink=None):
         self.ttft = ttft_ms / 1000.0
         self.itl = itl_ms / 1000.0
         self.slope = itl_slope_ms / 1000.0
@@ -294,6 +294,8 @@ class Timing:
         self.slots = threading.BoundedSemaphore(max(1, max_running))
         self.lock = threading.Lock()
         self.running = 0
+        self.peak = 0  # the largest batch since the server was last idle
+        self.on_shrink = on_shrink  # called (peak, running) each time a request leaves a batch
         self.generated = 0
         self.started = time.monotonic()
 
@@ -309,6 +311,7 @@ class Timing:
         with self.slots:
             with self.lock:
                 self.running += 1
+                self.peak = max(self.peak, self.running)
             try:
                 next_at = time.monotonic() + self.ttft + self.prefill * prompt_tokens
                 for group in groups:
@@ -323,6 +326,11 @@ class Timing:
             finally:
                 with self.lock:
                     self.running -= 1
+                    peak, running = self.peak, self.running
+                    if running == 0:
+                        self.peak = 0
+                if self.on_shrink is not None:
+                    self.on_shrink(peak, running)
 
     def throughput(self) -> float:
         return self.generated / max(1e-6, time.monotonic() - self.started)

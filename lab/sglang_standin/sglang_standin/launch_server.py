@@ -19,7 +19,8 @@ from sglang_standin import __version__, engine
 from sglang_standin import server_args as _server_args
 from sglang_standin.server_args import ServerArgs, prepare_server_args
 
-FAULTS = ("none", "crash_loading", "crash_warmup", "bind_then_die", "hang", "hang_warmup", "slow_shutdown", "garbage")
+FAULTS = ("none", "crash_loading", "crash_warmup", "bind_then_die", "hang", "hang_warmup", "slow_shutdown", "garbage",
+          "crash_shrinking_batch")
 # The SGLang version the stand-in emulates (the version of its flag schema); HTTP details differ per version.
 SGLANG_VERSION = getattr(_server_args, "SGLANG_VERSION", None) or "0.5.11"
 
@@ -167,6 +168,7 @@ class State:
             max_running=args.max_running_requests or 256,
             verify_width=self.spec.verify_width if self.spec else 0,
             draft_cost=env_float("SGLANG_STANDIN_DRAFT_COST", 0.3),
+            on_shrink=self._shrinking_batch_fault if self.fault == "crash_shrinking_batch" else None,
         )
         # The scheduler's lifetime speculative totals (tokens of the verify steps, verify steps).
         self.spec_tokens = 0
@@ -177,6 +179,16 @@ class State:
         # SGLang's warmup request ("The capital city of France is") is in the radix cache before any request.
         self.seen_prompts: list = ["The capital city of France is".split()]
         self.lock = threading.Lock()
+
+    def _shrinking_batch_fault(self, peak: int, running: int) -> None:
+        """Fault crash_shrinking_batch: with speculative decoding and CUDA graphs, the server dies replaying the graph
+        of batch size 1 once a batch of at least SGLANG_STANDIN_CRASH_BATCH (default 8) requests has shrunk to one
+        (the known crash pattern of CUDA-graph replay in speculative decoding; smaller batches never trigger it)."""
+        if (running == 1 and self.spec and not self.args.disable_cuda_graph
+                and peak >= int(env_float("SGLANG_STANDIN_CRASH_BATCH", 8))):
+            crash("cuda_graph_runner", f"CUDA error: an illegal memory access was encountered replaying the CUDA "
+                                       f"graph of batch size 1 after the batch shrank from {peak} (stand-in fault "
+                                       f"crash_shrinking_batch)")
 
     def cached_prefix(self, text: str, ptoks: int) -> int:
         """The radix cache: prompt tokens shared with an earlier prompt (at most all but the last one)."""
