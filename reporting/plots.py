@@ -125,7 +125,7 @@ def budget_plot(run: Run, path: Path):
         pts.append((budget, accept_length_of(run, name), cell["output_throughput"] if cell else None, name))
     if not pts:
         return None
-    pts.sort()
+    pts.sort(key=lambda p: (p[0], p[3]))  # by budget, then name (two configs may share a budget)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [p[0] for p in pts]
