@@ -16,13 +16,17 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 HOST = "b300-lab"
 TINY = {"sglang_bench_context_lengths": [60, 1024], "sglang_bench_concurrencies": [1, 4],
-        "sglang_bench_output_len": 8, "sglang_bench_cell_timeout_s": 60, "sglang_bench_request_timeout_s": 30}
+        "sglang_bench_output_len": 8, "sglang_bench_cell_timeout_s": 60, "sglang_bench_request_timeout_s": 30,
+        "sglang_bench_prompt_sets": [], "sglang_bench_sweep_soak_concurrency": 0}
 CRASH = {"name": "ddtree-b16-graphs-sm103", "speculative": {"algorithm": "DDTREE", "budget": 16, "topk_cap": 4},
          "env": {"SGLANG_STANDIN_GPU_CC": "10.3"}}
 GARBAGE = {"name": "ddtree-b6-garbage", "speculative": {"algorithm": "DDTREE", "budget": 6, "topk_cap": 4},
            "env": {"SGLANG_STANDIN_FAULT": "garbage"}}
 OK4 = {"name": "ddtree-b4", "speculative": {"algorithm": "DDTREE", "budget": 4, "topk_cap": 4}}
 OK8 = {"name": "ddtree-b8", "speculative": {"algorithm": "DDTREE", "budget": 8, "topk_cap": 4}}
+# Dies replaying the CUDA graph of batch 1 once a batch of 6 shrank (the soak's C is 6, the matrix's at most 4).
+SOAKCRASH = {"name": "ddtree-b6-soak-crash", "speculative": {"algorithm": "DDTREE", "budget": 6, "topk_cap": 4},
+             "env": {"SGLANG_STANDIN_FAULT": "crash_shrinking_batch", "SGLANG_STANDIN_CRASH_BATCH": "6"}}
 
 
 def run_id(tag):
@@ -62,7 +66,11 @@ def test_bench_matrix_rows_provenance_report(served, lab, playbook):
         assert row["total_output_tokens"] == 8 * row["completed"] and row["failed"] == 0
         assert row["total_input_tokens"] == row["context_length"] * row["completed"]
         assert row["output_throughput"] > 0 and row["mean_ttft_ms"] > 0 and row["median_itl_ms"] > 0
-        assert row["accept_length"] == pytest.approx(4.48)          # the stand-in's DDTREE accept length
+        # per cell from the requests' own figures (sum completion / sum verify steps), not /server_info's average
+        reqs = [q for q in row["requests"] if q["success"]]
+        assert row["accept_length_source"] == "per_request"
+        assert row["accept_length"] == pytest.approx(sum(q["completion_tokens"] for q in reqs)
+                                                     / sum(q["spec_verify_ct"] for q in reqs))
         prov = row["provenance"]
         assert prov["host_group"] == "nvlink"
         assert prov["venv_content_hash"] == fact["content_hash"]
@@ -110,16 +118,24 @@ def test_invalid_config_refuses_the_whole_sweep_named(served, lab, playbook, bad
     assert unit_state(lab) == served                                 # same process, same invocation
 
 
-def test_sweep_four_configs_two_fail_baseline_restored(served, lab, playbook):
+def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     run = run_id("sweep")
     r = playbook("playbooks/sweep.yml", limit=HOST, timeout=1200,
-                 extravars={**TINY, "sglang_bench_run_id": run,
-                            "sglang_bench_sweep_configs": [OK4, CRASH, GARBAGE, OK8]})
+                 extravars={**TINY, "sglang_bench_run_id": run, "sglang_bench_sweep_soak_concurrency": 6,
+                            "sglang_bench_sweep_configs": [OK4, CRASH, GARBAGE, SOAKCRASH, OK8]})
     assert r.rc == 0, r.stdout[-6000:]
     outcomes = read_jsonl(RESULTS / run / HOST / "sweep.jsonl")
     by_name = {o["config"]: o for o in outcomes if not o.get("phase")}
-    assert list(by_name) == ["ddtree-b4", "ddtree-b16-graphs-sm103", "ddtree-b6-garbage", "ddtree-b8"]
-    assert [by_name[n]["status"] for n in by_name] == ["ok", "failed", "failed", "ok"]
+    # the autoregressive baseline is measured first, on the same matrix
+    assert list(by_name) == ["autoregressive", "ddtree-b4", "ddtree-b16-graphs-sm103", "ddtree-b6-garbage",
+                             "ddtree-b6-soak-crash", "ddtree-b8"]
+    assert [by_name[n]["status"] for n in by_name] == ["ok", "ok", "failed", "failed", "failed", "ok"]
+    assert by_name["autoregressive"]["baseline"] is True and by_name["ddtree-b4"]["baseline"] is False
+
+    soak = by_name["ddtree-b6-soak-crash"]
+    assert soak["failed_step"] == "soak" and "shrinking-batch soak" in soak["reason"]
+    assert any("after the batch shrank from 6" in line for line in soak["journal"]), soak["journal"]
+    assert by_name["ddtree-b4"]["soak"]["status"] == "ok" and by_name["ddtree-b4"]["soak"]["concurrency"] == 6
 
     crash = by_name["ddtree-b16-graphs-sm103"]
     assert crash["failed_step"] == "restart"
@@ -131,7 +147,8 @@ def test_sweep_four_configs_two_fail_baseline_restored(served, lab, playbook):
     assert garbage["journal"], "a failed config carries its journal excerpt"
     for name in ("ddtree-b4", "ddtree-b8"):
         assert by_name[name]["cells_ok"] == 4 and by_name[name]["spec"]["budget"] in (4, 8)
-        rows = read_jsonl(RESULTS / run / HOST / f"{name}.jsonl")
+        assert by_name[name]["overrides"]["speculative"]["budget"] == by_name[name]["spec"]["budget"]
+        rows = [row for row in read_jsonl(RESULTS / run / HOST / f"{name}.jsonl") if row["phase"] == "matrix"]
         assert len(rows) == 4 and all(row["status"] == "ok" and row["config"] == name for row in rows)
         assert f"--speculative-ddtree-budget {by_name[name]['spec']['budget']}" in " ".join(rows[0]["provenance"]["flags"])
 
@@ -151,8 +168,195 @@ def test_sweep_four_configs_two_fail_baseline_restored(served, lab, playbook):
     assert health == "200"
 
     report = (RESULTS / run / "report.md").read_text()
-    assert "**2 ok, 2 failed** of 4 config(s)." in report
+    assert "**3 ok, 3 failed** of 6 config(s)." in report
     assert "FAILED at step `restart`" in report and "FAILED at step `smoke`" in report
+    assert "FAILED at step `soak`" in report
     assert "restored and ready" in report
     for png in ("throughput_vs_concurrency.png", "accept_throughput_vs_budget.png"):
         assert (RESULTS / run / "plots" / png).stat().st_size > 1000
+
+
+# ---- issue 14: numbers that mean something ------------------------------------------------------------------------
+# The stand-in's timing for these sweeps: a fast token, and a verify step that grows with the batch (so speculation
+# wins at C=1 and loses at C=16, like on real hardware).
+FAST = {"SGLANG_STANDIN_ITL_MS": "2", "SGLANG_STANDIN_ITL_SLOPE_MS": "0.1"}
+NOSPEC = {"algorithm": "DFLASH", "budget": None, "topk_cap": None, "debug_metrics": None}
+SPEEDUP_CONFIGS = [
+    {"name": "dflash-b8", "speculative": NOSPEC, "env": FAST},
+    {"name": "ddtree-b4", "speculative": {"algorithm": "DDTREE", "budget": 4, "topk_cap": 4}, "env": FAST},
+    {"name": "ddtree-b16", "speculative": {"algorithm": "DDTREE", "budget": 16, "topk_cap": 4}, "env": FAST},
+]
+SPEEDUP = {"sglang_bench_context_lengths": [], "sglang_bench_prompt_sets": ["chat", "code", "math"],
+           "sglang_bench_concurrencies": [1, 4, 16], "sglang_bench_output_len": 160,
+           "sglang_bench_prompts_per_concurrency": 2, "sglang_bench_min_prompts": 8,
+           "sglang_bench_cell_timeout_s": 120, "sglang_bench_request_timeout_s": 60,
+           "sglang_bench_sweep_soak_concurrency": 4,
+           "sglang_bench_sweep_baseline_config": {"name": "autoregressive", "speculative": {"algorithm": "NONE"},
+                                                  "env": FAST},
+           "sglang_bench_sweep_configs": SPEEDUP_CONFIGS}
+
+
+def configured_truth(row):
+    """The stand-in's configured accept length for the cell: per request, E of its prompt's text class under the
+    config's algorithm and shape (the prompts cycle the set; rendered as plain role lines: the lab model has no chat
+    template); the cell's figure is the requests' total tokens over their total verify steps."""
+    import sys
+    sys.path.insert(0, str(ROOT / "lab/sglang_standin"))
+    from sglang_standin import engine
+    from module_utils.bench_prompts import plain_text
+    items = [json.loads(line) for line in (ROOT / "roles/sglang_bench/files/prompts"
+                                           / f"{row['prompt_set']}.jsonl").read_text().splitlines() if line]
+    config = {c["name"]: c["speculative"] for c in SPEEDUP_CONFIGS}[row["config"]]
+    tokens = steps = 0
+    for req in row["requests"]:
+        cls = engine.text_class(plain_text(items[req["index"] % len(items)]["messages"]))
+        if config["algorithm"] == "DFLASH":
+            e = engine.expected_accept_length(cls, "DFLASH", 8)       # the profile's block size 8
+        else:
+            e = engine.expected_accept_length(cls, "DDTREE", None, config["budget"], config["topk_cap"])
+        tokens += req["completion_tokens"]
+        steps += req["completion_tokens"] / e
+    return tokens / steps
+
+
+@pytest.fixture(scope="module")
+def speedup_run(served, lab):
+    from tests.integration.conftest import run_playbook
+    run = run_id("speedup")
+    r = run_playbook(lab, "playbooks/sweep.yml", limit=HOST, timeout=1500,
+                     extravars={**SPEEDUP, "sglang_bench_run_id": run})
+    assert r.rc == 0, r.stdout[-6000:]
+    return run
+
+
+def test_per_cell_acceptance_matches_the_standins_truth_and_the_running_average_would_not(speedup_run):
+    rows = [row for name in ("dflash-b8", "ddtree-b4", "ddtree-b16")
+            for row in read_jsonl(RESULTS / speedup_run / HOST / f"{name}.jsonl") if row["phase"] == "matrix"]
+    assert len(rows) == 3 * 3 * 3 and all(row["status"] == "ok" for row in rows)
+    off_by_running_average = []
+    for row in rows:
+        truth = configured_truth(row)
+        assert row["accept_length_source"] == "per_request"
+        assert row["accept_length"] == pytest.approx(truth, rel=0.02), (row["cell"], row["config"])
+        if abs(row["server_running_average"] - truth) / truth > 0.02:
+            off_by_running_average.append((row["config"], row["cell"]))
+    # the old method (/server_info's running average since start) misses the truth on most DFLASH cells
+    assert len([c for c in off_by_running_average if c[0] == "dflash-b8"]) >= 3, off_by_running_average
+    by_set = {}
+    for row in rows:
+        by_set.setdefault((row["config"], row["prompt_set"]), []).append(row["accept_length"])
+    # acceptance differs by prompt set (DFLASH: code > math > chat) and by budget (DDTree 16 > 4)
+    assert min(by_set[("dflash-b8", "code")]) > max(by_set[("dflash-b8", "math")]) > max(by_set[("dflash-b8", "chat")])
+    assert min(by_set[("ddtree-b16", "chat")]) > 1.5 * max(by_set[("ddtree-b4", "chat")])
+
+
+def test_report_has_speedups_crossover_plot_and_a_proposal(speedup_run):
+    import yaml
+    run_dir = RESULTS / speedup_run
+    report = (run_dir / "report.md").read_text()
+    assert "Speedup over autoregressive" in report and "crossover" in report.lower()
+    assert (run_dir / "plots" / "speedup_vs_concurrency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    proposal = yaml.safe_load((run_dir / "proposal.yml").read_text())
+    entry = proposal["groups"]["nvlink"]
+    assert entry["hosts"] == [HOST] and entry["baseline"] == "autoregressive"
+    # speculation wins at C=1 and loses at C=16 on the stand-in: every speculative config has a crossover
+    for name in ("dflash-b8", "ddtree-b4", "ddtree-b16"):
+        rows = [row for row in read_jsonl(run_dir / HOST / f"{name}.jsonl") if row["phase"] == "matrix"]
+        base = {(row["workload"], row["max_concurrency"]): row["output_throughput"]
+                for row in read_jsonl(run_dir / HOST / "autoregressive.jsonl") if row["phase"] == "matrix"}
+        speed = {(row["workload"], row["max_concurrency"]): row["output_throughput"] / base[(row["workload"],
+                 row["max_concurrency"])] for row in rows}
+        assert speed[("prompts/code", 1)] > 1.0 and speed[("prompts/code", 16)] < 1.0, (name, speed)
+    assert entry["winner"] in ("dflash-b8", "ddtree-b4", "ddtree-b16")
+    assert entry["figures"]["geomean_speedup"] > 1.0
+    assert entry["group_vars"]["sglang_service_speculative_overrides"] == \
+        {c["name"]: c["speculative"] for c in SPEEDUP_CONFIGS}[entry["winner"]]
+    assert "sglang_service_speculative_profile" in entry["diff"] or entry["diff"] == ""
+
+
+def test_an_slo_nobody_meets_is_reported_and_proposes_nothing(speedup_run, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    import yaml
+    run_dir = tmp_path / speedup_run
+    shutil.copytree(RESULTS / speedup_run, run_dir)
+    out = subprocess.run([sys.executable, "-m", "reporting", str(run_dir), "--slo-ttft-p99-ms", "0.001",
+                          "--no-plots"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert "no config meets the SLO" in (run_dir / "report.md").read_text()
+    assert yaml.safe_load((run_dir / "proposal.yml").read_text())["groups"]["nvlink"]["winner"] is None
+
+
+def test_applying_the_proposal_reconfigures_and_a_bad_one_leaves_the_old_service(speedup_run, lab, playbook, tmp_path):
+    import yaml
+    proposal_path = RESULTS / speedup_run / "proposal.yml"
+    winner = yaml.safe_load(proposal_path.read_text())["groups"]["nvlink"]["winner"]
+    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900,
+                 extravars={"proposal": str(proposal_path)})
+    assert r.rc == 0, r.stdout[-6000:]
+    state = unit_state(lab)
+    cmdline = lab.ssh(HOST, f"tr '\\0' ' ' < /proc/{state['MainPID']}/cmdline").stdout
+    spec = {c["name"]: c["speculative"] for c in SPEEDUP_CONFIGS}[winner]
+    assert f"--speculative-algorithm {spec['algorithm']}" in cmdline
+    if spec.get("budget"):
+        assert f"--speculative-ddtree-budget {spec['budget']}" in cmdline
+    assert f"now serves {winner}" in r.stdout
+
+    bad = yaml.safe_load(proposal_path.read_text())
+    bad["groups"]["nvlink"]["group_vars"]["sglang_service_speculative_overrides"] = {"algorithm": "MEDUSA"}
+    bad_path = tmp_path / "bad-proposal.yml"
+    bad_path.write_text(yaml.safe_dump(bad))
+    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900, extravars={"proposal": str(bad_path)})
+    assert r.rc != 0 and "Validate the proposed config" in r.stdout
+    assert "Configure the proposed unit" not in r.task_names()       # refused before the unit was touched
+    assert unit_state(lab) == state                                  # the old service keeps serving
+
+    # passes every check but dies in warmup: the previous unit is put back, restarted and proven ready
+    crashing = yaml.safe_load(proposal_path.read_text())
+    crashing["groups"]["nvlink"]["group_vars"]["sglang_service_env_overrides"] = {"SGLANG_STANDIN_FAULT": "crash_warmup"}
+    crashing_path = tmp_path / "crashing-proposal.yml"
+    crashing_path.write_text(yaml.safe_dump(crashing))
+    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900, extravars={"proposal": str(crashing_path)})
+    assert r.rc != 0 and "proposal NOT applied on b300-lab: step 'Restart sglang service' failed" in r.stdout
+    after = unit_state(lab)
+    assert after["ActiveState"] == "active" and after["MainPID"] != state["MainPID"]
+    restored = lab.ssh(HOST, f"tr '\\0' ' ' < /proc/{after['MainPID']}/cmdline").stdout
+    assert restored == cmdline                                       # the winner's flags again
+    environ = lab.ssh(HOST, f"tr '\\0' '\\n' < /proc/{after['MainPID']}/environ").stdout
+    assert "SGLANG_STANDIN_FAULT" not in environ
+    # put the host's configured service back for the tests after this one
+    back = playbook("playbooks/service.yml", limit=HOST, timeout=900)
+    assert back.rc == 0, back.stdout[-4000:]
+
+
+def test_bad_workloads_are_refused_before_anything_runs(served, lab, playbook):
+    before = unit_state(lab)
+    r = playbook("playbooks/bench.yml", limit=HOST,
+                 extravars={**TINY, "sglang_bench_prompt_sets_extra": {"empty": []}})
+    assert r.rc != 0 and "prompt set 'empty' is empty" in r.stdout
+    r = playbook("playbooks/bench.yml", limit=HOST,
+                 extravars={**TINY, "sglang_bench_dataset_path": "/var/lib/nowhere/sharegpt.json"})
+    assert r.rc != 0 and "/var/lib/nowhere/sharegpt.json does not exist on this host" in r.stdout
+    r = playbook("playbooks/bench.yml", limit=HOST, extravars={**TINY, "sglang_bench_prompt_sets": ["poetry"]})
+    assert r.rc != 0 and "unknown prompt set(s) ['poetry']" in r.stdout
+    assert unit_state(lab) == before
+
+
+def test_operator_dataset_fetched_by_the_models_role_is_benchmarked_offline(served, lab, playbook):
+    models = playbook("playbooks/models.yml", limit=HOST, timeout=900, extravars={
+        "models_list": [{"name": "sharegpt-mini", "repo_id": "lab/sharegpt-mini", "repo_type": "dataset",
+                         "revision": "main"}]})
+    assert models.rc == 0, models.stdout[-4000:]
+    run = run_id("dataset")
+    path = "/srv/models/sharegpt-mini/sharegpt_mini.json"                # deploy_models_root / the entry's name
+    assert lab.ssh(HOST, f"python3 -c 'import json; print(len(json.load(open(\"{path}\"))))'").stdout.strip() == "21"
+    r = playbook("playbooks/bench.yml", limit=HOST, extravars={
+        **TINY, "sglang_bench_context_lengths": [], "sglang_bench_dataset_path": path,
+        "sglang_bench_concurrencies": [2], "sglang_bench_run_id": run})
+    assert r.rc == 0, r.stdout[-4000:]
+    rows = read_jsonl(RESULTS / run / HOST / "default.jsonl")
+    assert [row["workload"] for row in rows] == ["dataset/sharegpt_mini"]
+    assert rows[0]["status"] == "ok" and rows[0]["dataset_name"] == "sharegpt"
+    assert rows[0]["accept_length_source"] == "per_request" and rows[0]["context_length"] > 5

@@ -56,10 +56,11 @@ def test_both_profiles_run_as_the_service_user_and_answer(deployed, lab):
     assert "--speculative-algorithm DDTREE" in nv and "--speculative-ddtree-topk-cap 4" in nv and "NCCL_" not in nv
     assert "sglang_standin.launch_server" in nv and "User=sglang" in nv
     assert '"NCCL_P2P_LEVEL=5"' in pc and "--disable-cuda-graph" in pc and "--speculative" not in pc
-    for host, accept in ((B300, 4.48), (CT200, None)):
+    for host, speculative in ((B300, True), (CT200, False)):
         ev = deployed.result("Record the service evidence", host)["ansible_facts"]["sglang_service_evidence"]
         assert float(ev["tok_s"]) > 0 and int(ev["pid"]) == main_pid(lab, host)
-        assert (ev["accept_length"] and float(ev["accept_length"])) == accept
+        # DDTree on b300: /server_info's running average (warmup + smoke) is above 1; pcie is autoregressive
+        assert (float(ev["accept_length"]) > 1.0) if speculative else not ev["accept_length"]
         assert lab.ssh(host, "ps -o user= -p $(systemctl show -p MainPID --value sglang.service)").stdout.strip() == "sglang"
 
 
