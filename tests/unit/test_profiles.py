@@ -34,7 +34,8 @@ def profile(group, extra=None):
         v.update(load(f"group_vars/{group}/venv.yml"))
     v.update(extra or {})
     server = dict({"model_path": f"{MODELS}/Kimi-K2.6", "trust_remote_code": True},
-                  **resolve(v["sglang_service_server_profile"]))
+                  **load("group_vars/all/sglang_service.yml")["sglang_service_server_model"])
+    server.update(resolve(v["sglang_service_server_profile"]))
     return v, server, resolve(v["sglang_service_speculative_profile"])
 
 
@@ -86,3 +87,20 @@ def test_pcie_profile_is_clean_on_the_upstream_flavour():
 def test_every_model_is_pinned_to_a_commit():
     for model in load("group_vars/all/models.yml")["models_list"]:
         assert re.match(r"^[0-9a-f]{40}$", model["revision"]), model
+
+
+def test_kimi_parsers_are_first_class_and_checked_by_the_schema():
+    # every group serves Kimi K2.6 with SGLang's kimi_k2 tool-call and reasoning detectors
+    from filter_plugins.sglang import sglang_argv
+    for group in ("nvlink", "pcie"):
+        _, server, spec = profile(group)
+        assert server["tool_call_parser"] == "kimi_k2" and server["reasoning_parser"] == "kimi_k2"
+    argv = sglang_argv(profile("pcie")[1], profile("pcie")[2], {}, "0.5.11")
+    assert argv[argv.index("--tool-call-parser") + 1] == "kimi_k2"
+    assert argv[argv.index("--reasoning-parser") + 1] == "kimi_k2"
+    # a typo is refused with the version's choices named, before any unit is written
+    _, server, spec = profile("pcie")
+    problems = [p for p in flag_problems(dict(server, reasoning_parser="kimi-k2"), spec, {}, "0.5.23")
+                if p["problem"] != "deprecated"]
+    assert [p["problem"] for p in problems] == ["invalid_choice"]
+    assert "kimi_k2" in problems[0]["detail"] and "--reasoning-parser" in problems[0]["detail"]
