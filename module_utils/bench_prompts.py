@@ -143,9 +143,3 @@ def render(conversations, fmt, venv_python=None, tokenizer=None, timeout=300):
             raise PromptError("prompt_format chat-template: %s" % why)
     return [plain_text(m) for m in messages], "plain role lines (%s)" % why
 
-
-def expand(texts, count, offset=0):
-    """`count` request texts cycling through the set from `offset` (every item used before any repeats)."""
-    if not texts:
-        raise PromptError("no prompt to send")
-    return [texts[(offset + i) % len(texts)] for i in range(count)]

@@ -81,6 +81,21 @@ def cell_acceptance(cell):
             "recomputed": False}
 
 
+def combined_acceptance(cells, per=None):
+    """(accept_length, accept_rate) over several cells: total tokens over total verify steps when every cell carries
+    totals (never a mean of means), else the mean of the cells' own figures (old rows)."""
+    per = per if per is not None else [cell_acceptance(c) for c in cells]
+    weighted = [_totals(c)[0] for c in cells]
+    if weighted and all(w is not None for w in weighted):
+        verify = sum(w["verify_ct"] for w in weighted)
+        proposed = sum(w["proposed_drafts"] for w in weighted)
+        return (sum(w["completion_tokens"] for w in weighted) / verify,
+                sum(w["accepted_drafts"] for w in weighted) / proposed if proposed else None)
+    lengths = [p["accept_length"] for p in per if p["accept_length"] is not None]
+    rates = [p["accept_rate"] for p in per if p["accept_rate"] is not None]
+    return (sum(lengths) / len(lengths) if lengths else None, sum(rates) / len(rates) if rates else None)
+
+
 def workload_acceptance(cells):
     """{workload: {accept_length, accept_rate, source, cells, mismatches}} over ok cells: weighted by verify steps
     where cells carry per-request figures or spec_totals, else the mean of the cells' figures."""
@@ -91,18 +106,8 @@ def workload_acceptance(cells):
     out = {}
     for workload, group in sorted(groups.items()):
         per = [cell_acceptance(c) for c in group]
-        weighted = [_totals(c)[0] for c in group]
         sources = sorted({p["source"] or "unknown" for p in per if p["accept_length"] is not None})
-        if weighted and all(w is not None for w in weighted):
-            verify = sum(w["verify_ct"] for w in weighted)
-            proposed = sum(w["proposed_drafts"] for w in weighted)
-            length = sum(w["completion_tokens"] for w in weighted) / verify
-            rate = sum(w["accepted_drafts"] for w in weighted) / proposed if proposed else None
-        else:
-            lengths = [p["accept_length"] for p in per if p["accept_length"] is not None]
-            rates = [p["accept_rate"] for p in per if p["accept_rate"] is not None]
-            length = sum(lengths) / len(lengths) if lengths else None
-            rate = sum(rates) / len(rates) if rates else None
+        length, rate = combined_acceptance(group, per)
         out[workload] = {"accept_length": length, "accept_rate": rate, "sources": sources, "cells": len(group),
                          "running_average": RUNNING_AVERAGE in sources,
                          "mismatches": [(c, p) for c, p in zip(group, per) if p["mismatch"]]}

@@ -28,6 +28,16 @@ def _plt():
     return plt
 
 
+def _decorate(ax, workload, concurrencies, ylabel):
+    """A per-workload panel's axes: log2 concurrency, the workload as title (random ids marked), grid, legend."""
+    _log2_axis(ax, concurrencies)
+    ax.set_title(workload + (" (throughput only)" if is_random_ids(workload) else ""))
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+
+
 def throughput_vs_concurrency(run: Run, path: Path):
     """One panel per workload; one line per config (ok matrix cells only). None when nothing to plot."""
     names = [n for n in run.config_names() if not n.startswith("_")]
@@ -49,12 +59,8 @@ def throughput_vs_concurrency(run: Run, path: Path):
                 if pts:
                     label = f"{name}@{host}" if len(hosts) > 1 else name
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        _log2_axis(ax, [c.get("max_concurrency") for c in ok_cells(run.cells) if workload_of(c) == ctx])
-        ax.set_title(ctx + (" (throughput only)" if is_random_ids(ctx) else ""))
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("output tok/s")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        _decorate(ax, ctx, [c.get("max_concurrency") for c in ok_cells(run.cells) if workload_of(c) == ctx],
+                  "output tok/s")
     for j in range(len(contexts), rows * cols):
         axes[j // cols][j % cols].set_visible(False)
     fig.suptitle(f"{run.name}: output throughput vs concurrency")
@@ -97,12 +103,7 @@ def speedup_vs_concurrency(run: Run, path: Path):
         for label, pts in lines[workload]:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         ax.axhline(1.0, linestyle="--", color="black", linewidth=1, label="baseline (1.0)")
-        _log2_axis(ax, [p[0] for _, pts in lines[workload] for p in pts])
-        ax.set_title(workload + (" (throughput only)" if is_random_ids(workload) else ""))
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("speedup over autoregressive")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        _decorate(ax, workload, [p[0] for _, pts in lines[workload] for p in pts], "speedup over autoregressive")
     for j in range(len(workloads), rows * cols):
         axes[j // cols][j % cols].set_visible(False)
     fig.suptitle(f"{run.name}: speedup over autoregressive vs concurrency"

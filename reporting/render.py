@@ -10,7 +10,7 @@ from reporting.load import Run
 from reporting.objective import Objective, decide
 from reporting.sections import (acceptance_section, disqualified_section, proposal_section, soak_section,
                                 speedup_section, winner_section)
-from reporting.acceptance import cell_acceptance
+from reporting.acceptance import combined_acceptance
 from reporting.speedup import workload_of
 
 # Cell columns: (header, row key, decimals)
@@ -79,10 +79,10 @@ def _degenerate(run: Run, config):
 
 
 def accept_length_of(run: Run, config):
-    vals = [a for a in (cell_acceptance(c)["accept_length"] for c in ok_cells(run.cells_of(config)))
-            if a is not None]
-    if vals:
-        return sum(vals) / len(vals)
+    """The config's accept length over its ok cells (weighted by verify steps), else its sweep outcome's."""
+    length, _ = combined_acceptance(ok_cells(run.cells_of(config)))
+    if length is not None:
+        return length
     outcome = run.outcome_of(config) or {}
     return outcome.get("accept_length")
 

@@ -304,21 +304,23 @@ def test_applying_the_proposal_reconfigures_and_a_bad_one_leaves_the_old_service
         assert f"--speculative-ddtree-budget {spec['budget']}" in cmdline
     assert f"now serves {winner}" in r.stdout
 
-    bad = yaml.safe_load(proposal_path.read_text())
-    bad["groups"]["nvlink"]["group_vars"]["sglang_service_speculative_overrides"] = {"algorithm": "MEDUSA"}
-    bad_path = tmp_path / "bad-proposal.yml"
-    bad_path.write_text(yaml.safe_dump(bad))
-    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900, extravars={"proposal": str(bad_path)})
+    def variant(name, **group_vars):
+        """The proposal with some of its group_vars replaced, written beside the test."""
+        doc = yaml.safe_load(proposal_path.read_text())
+        doc["groups"]["nvlink"]["group_vars"].update(group_vars)
+        path = tmp_path / f"{name}-proposal.yml"
+        path.write_text(yaml.safe_dump(doc))
+        return {"proposal": str(path)}
+
+    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900,
+                 extravars=variant("bad", sglang_service_speculative_overrides={"algorithm": "MEDUSA"}))
     assert r.rc != 0 and "Validate the proposed config" in r.stdout
     assert "Configure the proposed unit" not in r.task_names()       # refused before the unit was touched
     assert unit_state(lab) == state                                  # the old service keeps serving
 
     # passes every check but dies in warmup: the previous unit is put back, restarted and proven ready
-    crashing = yaml.safe_load(proposal_path.read_text())
-    crashing["groups"]["nvlink"]["group_vars"]["sglang_service_env_overrides"] = {"SGLANG_STANDIN_FAULT": "crash_warmup"}
-    crashing_path = tmp_path / "crashing-proposal.yml"
-    crashing_path.write_text(yaml.safe_dump(crashing))
-    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900, extravars={"proposal": str(crashing_path)})
+    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900,
+                 extravars=variant("crashing", sglang_service_env_overrides={"SGLANG_STANDIN_FAULT": "crash_warmup"}))
     assert r.rc != 0 and "proposal NOT applied on b300-lab: step 'Restart sglang service' failed" in r.stdout
     after = unit_state(lab)
     assert after["ActiveState"] == "active" and after["MainPID"] != state["MainPID"]

@@ -62,3 +62,14 @@ def test_acceptance_section(tmp_path):
             "requests (differs by more than 1%).") in section
     assert section.count("**MISMATCH**") == 1            # 3.55 at C=8/64 is within 1% of 3.5556
     assert "`ar`" not in section                         # the baseline reports no acceptance
+
+
+def test_a_configs_accept_length_over_cells_is_weighted_not_a_mean_of_cells():
+    from reporting.acceptance import combined_acceptance
+    short = {"requests": [{"completion_tokens": 4, "spec_verify_ct": 3, "spec_accepted_drafts": 0,
+                           "spec_proposed_drafts": 9, "success": True}]}
+    long = {"requests": [{"completion_tokens": 100, "spec_verify_ct": 20, "spec_accepted_drafts": 79,
+                          "spec_proposed_drafts": 60, "success": True}]}
+    length, rate = combined_acceptance([short, long])
+    assert length == pytest.approx(104 / 23) and rate == pytest.approx(79 / 69)   # not (1.33 + 5.0) / 2
+    assert combined_acceptance([{"accept_length": 2.0}, {"accept_length": 3.0}])[0] == pytest.approx(2.5)

@@ -58,8 +58,8 @@ def test_revision_resolves_branch_and_sha_and_404s_carry_error_codes(hub):
     assert status == 404 and headers["X-Error-Code"] == "EntryNotFound"
 
 
-def test_tree_is_paged_with_link_header_and_lists_nested_lfs_and_empty_files(hub):
-    url = f"{hub.endpoint}/api/models/test/tiny/tree/main?recursive=true"
+def paged_tree(url, route=None):
+    """(entries, pages) of a tree listing followed through its Link headers; each next page stays on `route`."""
     entries, pages = [], 0
     while url:
         status, headers, body = get(url)
@@ -67,7 +67,13 @@ def test_tree_is_paged_with_link_header_and_lists_nested_lfs_and_empty_files(hub
         entries += json.loads(body)
         pages += 1
         link = headers.get("Link")
+        assert not link or route is None or route in link
         url = link.split(";")[0].strip("<>") if link else None
+    return entries, pages
+
+
+def test_tree_is_paged_with_link_header_and_lists_nested_lfs_and_empty_files(hub):
+    entries, pages = paged_tree(f"{hub.endpoint}/api/models/test/tiny/tree/main?recursive=true")
     assert pages >= 3  # page_size=3
     files = {e["path"]: e for e in entries if e["type"] == "file"}
     assert files["README.md"]["size"] == 0
@@ -215,15 +221,9 @@ def test_dataset_routes_work_like_the_model_routes(hub):
     assert status == 200 and info["sha"] == repo.sha and info["id"] == DS and "modelId" not in info
     assert {s["rfilename"] for s in info["siblings"]} == {"README.md", "sharegpt_mini.json"}
     assert get(f"{hub.endpoint}/api/datasets/{DS}/revision/nope")[1]["X-Error-Code"] == "RevisionNotFound"
-    url, entries, pages = f"{hub.endpoint}/api/datasets/{DS}/tree/{repo.sha}?recursive=true", [], 0
-    while url:
-        status, headers, body = get(url)
-        assert status == 200
-        entries += json.loads(body)
-        pages += 1
-        link = headers.get("Link")
-        assert not link or f"/api/datasets/{DS}/tree/" in link  # pages stay on the dataset route
-        url = link.split(";")[0].strip("<>") if link else None
+    # pages stay on the dataset route
+    entries, _ = paged_tree(f"{hub.endpoint}/api/datasets/{DS}/tree/{repo.sha}?recursive=true",
+                                route=f"/api/datasets/{DS}/tree/")
     files = {e["path"]: e for e in entries if e["type"] == "file"}
     assert set(files) == {"README.md", "sharegpt_mini.json"}
     js = repo.file("sharegpt_mini.json")
