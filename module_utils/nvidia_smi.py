@@ -6,8 +6,13 @@ are unit-tested on the controller without Ansible. Nothing here runs a command.
 Formats parsed (as documented by `nvidia-smi --help-query-gpu` and `nvidia-smi topo -h`):
 
 * ``nvidia-smi --query-gpu=<QUERY_FIELDS> --format=csv,noheader,nounits``: one line per GPU, values separated
-  by ", "; unavailable values read "[N/A]" or "[Not Supported]". The GPU name is queried last so a name that
-  contains a comma still parses.
+  by ", "; unavailable values read "[N/A]", "N/A" or "[Not Supported]". The GPU name is queried last so a name
+  that contains a comma still parses.
+* The same with GATE_FIELDS: QUERY_FIELDS plus the health fields the driver gate reads (persistence, MIG, ECC,
+  retired pages, remapped rows, NVSwitch fabric). A field this driver does not know fails the whole query with
+  rc 2 and ``Field "<name>" is not a valid field to query.``; `unknown_field()` reads that name back so the
+  caller can query again without it. Field names and value formats: ``nvidia-smi --help-query-gpu`` of driver
+  580.159.04, recorded in tests/fixtures/nvidia-smi/h200-help-query-gpu.txt.
 * ``nvidia-smi topo -m``: a matrix whose header names the columns (GPU0..GPUn-1, then NIC0.., then
   "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"), one row per GPU/NIC, and a legend. Cells between GPUs are
   ``X`` (self), ``NV#`` (a bonded set of # NVLinks), or a PCIe path: ``PIX``, ``PXB``, ``PHB``, ``NODE``,
@@ -21,9 +26,33 @@ QUERY_FIELDS = ("index", "uuid", "pci.bus_id", "memory.total", "driver_version",
 QUERY_ARGS = ("--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits")
 TOPO_ARGS = ("topo", "-m")
 
+# What the driver gate reads besides QUERY_FIELDS, kept per GPU as the raw text under gpu["health"]. Values
+# (--help-query-gpu): persistence_mode, mig.mode.*, ecc.mode.current "Enabled"/"Disabled"; ecc.errors.* a count;
+# retired_pages.pending, remapped_rows.pending/failure "Yes"/"No"; fabric.state "Not Supported"/"Not Started"/
+# "In Progress"/"Completed" (NVML nvmlGpuFabricState_t) and fabric.status an NVML status ("Success"), which is
+# valid only once the state is "Completed". None of them contains a comma.
+HEALTH_FIELDS = (
+    "persistence_mode",
+    "mig.mode.current",
+    "mig.mode.pending",
+    "ecc.mode.current",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.pending",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "fabric.state",
+    "fabric.status",
+)
+GATE_FIELDS = QUERY_FIELDS[:-1] + HEALTH_FIELDS + QUERY_FIELDS[-1:]
+CSV_FORMAT = "--format=csv,noheader,nounits"
+
 # PCIe path kinds from nearest to farthest (nvidia-smi topo legend).
 PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _NA = ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "")
+# Health values that say "not available here" rather than a state (the gate reports them as not checked).
+UNAVAILABLE = _NA + ("Not Supported", "[Insufficient Permissions]", "[GPU is lost]")
+_UNKNOWN_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GPU_LABEL = re.compile(r"^GPU(\d+)$")
 _NVLINK = re.compile(r"^NV(\d+)$")
@@ -38,26 +67,46 @@ def _value(raw):
     return None if raw in _NA else raw
 
 
-def parse_query_gpu(text):
-    """Parse `--query-gpu=QUERY_FIELDS --format=csv,noheader,nounits` output into one dict per GPU.
+def query_args(fields):
+    """The nvidia-smi arguments that query `fields` (a sequence ending with "name") as headerless CSV."""
+    if not fields or fields[-1] != "name":
+        raise ValueError("the queried fields must end with name, got %r" % (fields,))
+    return ("--query-gpu=" + ",".join(fields), CSV_FORMAT)
 
-    Each dict: index (int), uuid, pci_bus_id, memory_total_mib (int or None), driver_version,
-    compute_capability ("9.0" style string or None), name. Blank lines are ignored; a line with too few
-    fields raises NvidiaSmiParseError quoting it.
+
+def unknown_field(text):
+    """The field name in nvidia-smi's `Field "X" is not a valid field to query.` message, else None."""
+    match = _UNKNOWN_FIELD.search(text or "")
+    return match.group(1) if match else None
+
+
+def parse_query_gpu(text, fields=QUERY_FIELDS):
+    """Parse `--query-gpu=<fields> --format=csv,noheader,nounits` output into one dict per GPU.
+
+    `fields` is what was queried: QUERY_FIELDS (the default) or any sequence holding all of QUERY_FIELDS, with
+    "name" last, and otherwise HEALTH_FIELDS. Each dict: index (int), uuid, pci_bus_id, memory_total_mib (int
+    or None), driver_version, compute_capability ("9.0" style string or None), name, and health: {field: raw
+    text} for each HEALTH_FIELDS entry queried (the text as nvidia-smi wrote it, "[N/A]" included). Blank
+    lines are ignored; a line with too few fields raises NvidiaSmiParseError quoting it.
     """
+    fields = tuple(fields)
+    missing = [f for f in QUERY_FIELDS if f not in fields]
+    extra = [f for f in fields if f not in QUERY_FIELDS and f not in HEALTH_FIELDS]
+    if missing or extra or fields[-1] != "name":
+        raise ValueError("cannot parse a query of %r (missing %r, unknown %r)" % (fields, missing, extra))
     gpus = []
     for line in text.splitlines():
         line = _ANSI.sub("", line).strip()
         if not line:
             continue
         parts = line.split(",")
-        if len(parts) < len(QUERY_FIELDS):
+        if len(parts) < len(fields):
             raise NvidiaSmiParseError(
                 "expected %d comma-separated fields (%s), got %d in line %r"
-                % (len(QUERY_FIELDS), ",".join(QUERY_FIELDS), len(parts), line))
-        head = [_value(p) for p in parts[:len(QUERY_FIELDS) - 1]]
-        name = _value(",".join(parts[len(QUERY_FIELDS) - 1:]))
-        index, uuid, bus_id, memory, driver, cap = head
+                % (len(fields), ",".join(fields), len(parts), line))
+        raw = dict(zip(fields[:-1], (p.strip() for p in parts[:len(fields) - 1])))
+        name = _value(",".join(parts[len(fields) - 1:]))
+        index, uuid, bus_id, memory, driver, cap = (_value(raw[f]) for f in QUERY_FIELDS[:-1])
         try:
             index = int(index)
         except (TypeError, ValueError):
@@ -76,6 +125,7 @@ def parse_query_gpu(text):
             "driver_version": driver,
             "compute_capability": cap,
             "name": name,
+            "health": {f: raw[f] for f in fields[:-1] if f in HEALTH_FIELDS},
         })
     gpus.sort(key=lambda g: g["index"])
     return gpus

@@ -1,25 +1,31 @@
 """gpu_probe.collect() and the driver gate, with nvidia-smi replaced by captured or documented texts."""
 
+import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from module_utils import gpu_probe
 from module_utils.gpu_probe import collect, evaluate_gate
-from module_utils.nvidia_smi import parse_query_gpu
+from module_utils.nvidia_smi import GATE_FIELDS, HEALTH_FIELDS, parse_query_gpu
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+_spec = importlib.util.spec_from_file_location("fake_host", FIX / "fake_host.py")
+fake_host = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_host)
 
 
-def fake_runner(prefix, calls=None, rc=0):
-    def run(argv, timeout, env=None):
-        if calls is not None:
-            calls.append((argv, env))
-        kind = "topo" if argv[1] == "topo" else "query"
-        return rc, (FIX / ("%s-%s.txt" % (prefix, kind))).read_text(), "boom" if rc else ""
-    return run
+def fake_runner(prefix, query_rc=0, unknown=(), systemctl=None):
+    """nvidia-smi answering from <prefix>-gate-query.txt (else <prefix>-query.txt) and <prefix>-topo.txt."""
+    gate = FIX / ("%s-gate-query.txt" % prefix)
+    query = gate.name if gate.exists() else "%s-query.txt" % prefix
+    return fake_host.FakeHost(query, "%s-topo.txt" % prefix, unknown=unknown, systemctl=systemctl,
+                              query_rc=query_rc)
+
+
+def never_run(argv, timeout, env=None):
+    raise AssertionError("nothing should run: %r" % argv)
 
 
 @pytest.fixture
@@ -30,31 +36,38 @@ def smi(tmp_path):
     return str(path)
 
 
-def test_collect_nvlink_gate_pass(smi):
-    calls = []
-    res = collect(nvidia_smi=smi, expected_count=8, expected_capability="10.3", min_driver=580,
-                  runner=fake_runner("b300-8gpu-nvlink", calls))
+def test_collect_nvlink_gate_pass(smi, tmp_path):
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text("#!/bin/sh\nexit 99\n")
+    systemctl.chmod(0o755)
+    host = fake_runner("b300-8gpu-nvlink", systemctl=(0, "systemctl-show-fm-active.txt", ""))
+    res = collect(nvidia_smi=smi, expected_count=8, expected_capability="10.3", min_driver=580, runner=host,
+                  systemctl=str(systemctl))
     assert res["gate"]["status"] == "pass", res["gate"]
     assert res["gpu_facts"]["suggested_profile"] == "nvlink"
     assert res["gpu_facts"]["interconnect"] == "nvlink"
     assert res["gpu_facts"]["driver_major"] == 580
-    assert [c[0][1] for c in calls] == ["--query-gpu=index,uuid,pci.bus_id,memory.total,driver_version,compute_cap,name",
-                                        "topo"]
+    assert [c[1] for c in host.calls] == ["--query-gpu=" + ",".join(GATE_FIELDS), "topo", "show"]
+    assert host.calls[0][2] == "--format=csv,noheader,nounits"
+    assert res["gpu_facts"]["raw"]["query_fields"] == list(GATE_FIELDS)
+    assert res["gpu_facts"]["unknown_query_fields"] == {}
     assert res["torch_probe"] is None
 
 
 def test_collect_pcie_host_fails_nvlink_expectation_with_evidence(smi):
+    # The RTX PRO 6000 text has the base columns only: answered as a driver that knows none of the health fields.
     res = collect(nvidia_smi=smi, expected_count=8, expected_capability="10.3", min_driver=580,
-                  runner=fake_runner("ct200-8gpu-pcie"))
+                  runner=fake_runner("ct200-8gpu-pcie", unknown=HEALTH_FIELDS))
     gate = res["gate"]
     assert gate["status"] == "fail"
     assert any("expected compute capability 10.3" in r and "GPU0=12.0" in r for r in gate["reasons"])
     assert "RTX PRO 6000" in gate["found"]
     assert res["gpu_facts"]["suggested_profile"] == "pcie"
+    assert sorted(res["gpu_facts"]["unknown_query_fields"]) == sorted(HEALTH_FIELDS)
 
 
 def test_gate_skipped_never_pass_when_host_declares_no_gpu(tmp_path):
-    res = collect(nvidia_smi=str(tmp_path / "absent-nvidia-smi"), expected_count=0, runner=fake_runner("x"))
+    res = collect(nvidia_smi=str(tmp_path / "absent-nvidia-smi"), expected_count=0, runner=never_run)
     assert res["gpu_facts"]["nvidia_smi_present"] is False
     assert res["gate"]["status"] == "skipped"
     assert "declares no GPU" in res["gate"]["reasons"][0]
@@ -63,14 +76,14 @@ def test_gate_skipped_never_pass_when_host_declares_no_gpu(tmp_path):
 
 def test_gate_fails_when_gpus_expected_but_no_nvidia_smi(tmp_path):
     res = collect(nvidia_smi=str(tmp_path / "absent"), expected_count=8, expected_capability="12.0",
-                  runner=fake_runner("x"))
+                  runner=never_run)
     assert res["gate"]["status"] == "fail"
     assert any("expected 8 GPU(s), found 0" in r for r in res["gate"]["reasons"])
     assert any("nvidia-smi not found" in r for r in res["gate"]["reasons"])
 
 
 def test_gate_fails_when_nvidia_smi_errors(smi):
-    res = collect(nvidia_smi=smi, expected_count=1, runner=fake_runner("h200", rc=9))
+    res = collect(nvidia_smi=smi, expected_count=1, runner=fake_runner("h200", query_rc=9))
     assert res["gate"]["status"] == "fail"
     assert "rc=9" in res["gpu_facts"]["nvidia_smi_error"]
 
@@ -96,6 +109,15 @@ def test_real_h200_capture_gate_and_probe():
     data = json.loads((FIX / "h200-gpu_facts.json").read_text())
     probe = data["probe"]
     assert probe["gate"]["status"] == "pass"
+    status = {c["name"]: c["status"] for c in probe["gate"]["checks"]}
+    assert status["persistence_mode"] == status["mig_mode"] == status["remapped_rows"] == "passed"
+    assert status["ecc_uncorrected_errors"] == status["ecc_mode"] == "passed"
+    assert status["retired_pages"] == status["fabric"] == status["fabric_manager_service"] == "not_checked"
+    assert probe["gpu_facts"]["gpus"][0]["health"]["fabric.state"] == "N/A"
+    assert probe["gpu_facts"]["unknown_query_fields"] == {}
+    fabric = data["fabric_gate"]
+    assert fabric["failed"] and fabric["msg"].startswith("GPU driver gate failed: NVSwitch fabric not ready")
+    assert fabric["gpu_facts"]["fabric_manager"]["error"] == "systemctl not found (looked for 'systemctl')"
     assert probe["gpu_facts"]["gpu_count"] == 1
     assert probe["gpu_facts"]["compute_capabilities"] == ["9.0"]
     assert probe["gpu_facts"]["driver_major"] >= 580
@@ -109,11 +131,19 @@ def test_real_h200_capture_gate_and_probe():
     assert "expected 8 GPU(s), found 1" in b300["gate"]["reasons"]
 
 
-def test_gate_on_real_capture_equals_recorded(smi):
+def test_gate_on_real_capture_equals_recorded(smi, tmp_path, monkeypatch):
+    recorded = json.loads((FIX / "h200-gpu_facts.json").read_text())
     res = collect(nvidia_smi=smi, expected_count=8, expected_capability="10.3", min_driver=580,
                   runner=fake_runner("h200"))
-    recorded = json.loads((FIX / "h200-gpu_facts.json").read_text())["b300_gate"]["gate"]
-    assert res["gate"] == recorded
+    assert res["gate"] == recorded["b300_gate"]["gate"]
+    res = collect(nvidia_smi=smi, expected_count=1, expected_capability="9.0", min_driver=580,
+                  runner=fake_runner("h200"))
+    assert res["gate"] == recorded["probe"]["gate"]
+    monkeypatch.setenv("PATH", str(tmp_path))           # the device machine has no systemctl
+    res = collect(nvidia_smi=smi, expected_count=1, expected_capability="9.0", min_driver=580,
+                  runner=fake_runner("h200"), require_fabric="true")
+    assert res["gate"] == recorded["fabric_gate"]["gate"]
+    assert res["gpu_facts"]["fabric_manager"] == recorded["fabric_gate"]["gpu_facts"]["fabric_manager"]
 
 
 def test_torch_probe_script_compiles_and_reports_missing_python(tmp_path):
@@ -152,7 +182,12 @@ def test_default_runner_missing_program_and_timeout(tmp_path):
 def test_real_h200_role_gate_logs():
     """The cuda role's preflight on the real H200 (-c local): PASS as the host is; FAIL, unchanged, as a B300."""
     ok = (FIX / "h200-role-gate-pass.log").read_text()
-    assert "GPU DRIVER GATE PASS on localhost: all checks held; found 1 GPU(s) NVIDIA H200, compute capability 9.0" in ok
+    assert ("GPU DRIVER GATE PASS on localhost: no check failed; found 1 GPU(s) NVIDIA H200, compute capability 9.0, "
+            "driver 580.159.04; passed: nvidia_smi, gpu_count, compute_capability, driver, persistence_mode, mig_mode, "
+            "ecc_mode, ecc_uncorrected_errors, remapped_rows; retired_pages not checked: GPU0: nvidia-smi reports "
+            "[N/A] for retired_pages.pending; fabric not checked: not required: no GPU reports an NVSwitch fabric "
+            "state (nvidia-smi reports N/A for fabric.state); links: none; fabric_manager_service not checked: "
+            "not read: fabric not required (links: none; suggested profile: none)") in ok
     assert "failed=0" in ok
     bad = (FIX / "h200-role-gate-fail.log").read_text()
     assert "GPU driver gate failed: expected 8 GPU(s), found 1; expected compute capability 10.3" in bad

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from module_utils.nvidia_smi import (
-    NvidiaSmiParseError, driver_major, parse_query_gpu, parse_topology, suggest_profile, summarize_links)
+    GATE_FIELDS, HEALTH_FIELDS, QUERY_ARGS, QUERY_FIELDS, NvidiaSmiParseError, driver_major, parse_query_gpu,
+    parse_topology, query_args, suggest_profile, summarize_links, unknown_field)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
@@ -120,6 +121,60 @@ def test_captured_module_json_matches_parsers():
     """The module's result on the H200 equals what the parsers make of the raw text it captured."""
     result = json.loads(read("h200-gpu_facts.json"))["probe"]
     facts = result["gpu_facts"]
-    assert facts["gpus"] == parse_query_gpu(facts["raw"]["query"])
+    assert facts["raw"]["query_fields"] == list(GATE_FIELDS)
+    assert facts["gpus"] == parse_query_gpu(facts["raw"]["query"], facts["raw"]["query_fields"])
     assert facts["topology"] == parse_topology(facts["raw"]["topo"])
-    assert facts["raw"]["query"] == read("h200-query.txt")
+    assert facts["raw"]["query"] == read("h200-gate-query.txt")
+
+
+def test_query_real_h200_gate_fields():
+    """The one query gpu_facts makes, as the H200's driver 580.159.04 answered it."""
+    gpus = parse_query_gpu(read("h200-gate-query.txt"), GATE_FIELDS)
+    assert len(gpus) == 1 and gpus[0]["name"] == "NVIDIA H200" and gpus[0]["compute_capability"] == "9.0"
+    assert gpus[0]["health"] == {
+        "persistence_mode": "Enabled", "mig.mode.current": "Disabled", "mig.mode.pending": "Disabled",
+        "ecc.mode.current": "Enabled", "ecc.errors.uncorrected.volatile.total": "0",
+        "ecc.errors.uncorrected.aggregate.total": "0", "retired_pages.pending": "[N/A]",
+        "remapped_rows.pending": "No", "remapped_rows.failure": "No", "fabric.state": "N/A", "fabric.status": "N/A"}
+    # the base columns are what the base query answered on the same host
+    base = parse_query_gpu(read("h200-query.txt"))
+    assert [dict(g, health={}) for g in gpus] == base
+
+
+def test_every_queried_field_is_one_the_driver_documents():
+    """Each field name is listed by `nvidia-smi --help-query-gpu` of the H200's driver (580.159.04)."""
+    help_text = read("h200-help-query-gpu.txt")
+    assert help_text.startswith('List of valid properties to query for the switch "--query-gpu":')
+    for field in GATE_FIELDS:
+        assert '"%s"' % field in help_text, field
+    assert set(QUERY_FIELDS) < set(GATE_FIELDS) and set(HEALTH_FIELDS) < set(GATE_FIELDS)
+    assert GATE_FIELDS[-1] == "name"                   # the one value that may contain a comma comes last
+
+
+def test_unknown_field_message_as_the_driver_writes_it():
+    recorded = read("h200-unknown-field.txt")
+    assert recorded.startswith("rc=2\n--- stdout\n")
+    assert unknown_field(recorded) == "no.such.field"
+    assert unknown_field("Failed to initialize NVML: Driver/library version mismatch") is None
+    assert unknown_field("") is None and unknown_field(None) is None
+
+
+def test_query_args_and_field_lists():
+    assert QUERY_ARGS == query_args(QUERY_FIELDS)
+    assert query_args(GATE_FIELDS) == ("--query-gpu=" + ",".join(GATE_FIELDS), "--format=csv,noheader,nounits")
+    with pytest.raises(ValueError):
+        query_args(("index", "name", "uuid"))
+    with pytest.raises(ValueError):
+        parse_query_gpu("", ("index", "uuid", "name"))          # base fields missing
+    with pytest.raises(ValueError):
+        parse_query_gpu("", QUERY_FIELDS[:-1] + ("no.such", "name"))
+
+
+def test_gate_query_needs_every_column():
+    line = read("b300-8gpu-nvlink-gate-query.txt").splitlines()[0]
+    with pytest.raises(NvidiaSmiParseError) as err:
+        parse_query_gpu(line.rsplit(", ", 2)[0], GATE_FIELDS)
+    assert "expected %d comma-separated fields" % len(GATE_FIELDS) in str(err.value)
+    gpus = parse_query_gpu(read("b300-8gpu-nvlink-gate-query.txt"), GATE_FIELDS)
+    assert [dict(g, health={}) for g in gpus] == parse_query_gpu(read("b300-8gpu-nvlink-query.txt"))
+    assert {g["health"]["fabric.state"] for g in gpus} == {"Completed"}
