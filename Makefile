@@ -16,7 +16,7 @@ MOLECULE_ROLES ?= $(patsubst roles/%/molecule/default/molecule.yml,%,$(wildcard 
 APT_PACKAGES := debootstrap systemd-container tinyproxy iproute2 iptables openssh-client zstd rsync aria2 curl git \
 	patch python3-venv dpkg-dev gnupg
 
-.PHONY: deps venv lint unit integration molecule test demo bench lab-up lab-down lab-status clean
+.PHONY: deps venv lint unit integration molecule test demo bench lock lab-up lab-down lab-status clean
 
 deps: .stamps/apt
 .stamps/apt:
@@ -62,6 +62,10 @@ demo: deps venv
 
 bench: deps venv
 	$(BIN)/python -m bench
+
+# Regenerate the venv flavours' full hashed locks from their pins (FLAVOURS="ddtree" for one; needs PyPI).
+lock:
+	roles/venv/files/locks/lock.sh $(FLAVOURS)
 
 clean: lab-down
 	rm -rf .stamps $(VENV)

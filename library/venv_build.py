@@ -1,16 +1,23 @@
 #!/usr/bin/python
-"""Ansible module: build the venv (pinned requirements, local packages, patch series) into the stage."""
+"""Ansible module: build the venv (the flavour's full lock, local packages, patch series) into the stage."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: venv_build
 short_description: Build a patched venv into the staging directory, unless the live venv already matches
 description:
-  - Computes the recipe hash (flavour, python version, requirements file, local package trees, patch series,
-    pip arguments, flag schema module). When the provenance fact records the same recipe and the live venv
+  - Checks the lock first (module_utils/venv_lock.py) - every line one exact C(name==version) with
+    C(--hash=sha256:) hashes, no include, editable, URL or option but the index ones - and fails naming the first
+    line that is not, before anything is made. Local packages and the clone route's checkout must find their build
+    backend and dependencies in the lock (read from their pyproject.toml where the host's python has tomllib).
+  - Computes the recipe hash (flavour, python version, the lock's canonical form, the install mode, local package
+    trees, patch series, pip arguments, flag schema module). When the provenance fact records the same recipe and the live venv
     still has the content hash recorded with it, nothing happens (C(changed=false)).
   - Otherwise builds in C(.<name>.stage), bind-mounted over the live path in a private mount namespace so
-    that shebangs carry the live path; applies the patch series to site-packages; checks the imports; writes
+    that shebangs carry the live path; installs the lock with C(pip install --require-hashes --no-deps --only-binary
+    :all:) (a file whose sha256 is not in the lock fails the build, naming the package), then the local packages and
+    the checkout with C(--no-deps --no-build-isolation), runs C(pip check); writes no byte-code (venv_commit compiles
+    the stage before the swap); applies the patch series to site-packages; checks the imports; writes
     the venv's flag schema (C(<venv>/sglang-flag-schema.json)), extracted from the venv's own argparse parser
     after the patches by module_utils/sglang_schema_extract.py run with the venv's python, so the schema is part
     of the venv's content. The live venv is untouched; venv_commit swaps the stage in.
@@ -18,14 +25,14 @@ description:
     pinned base. Only when a build is needed, the host fetches exactly C(clone_commit) into C(clone_dir) (git init,
     C(git fetch --depth 1 <url> <sha>), checkout of FETCH_HEAD; a full fetch of the branches and tags when the
     server refuses a fetch by sha, as git's dumb HTTP protocol does), requires C(git rev-parse HEAD) to be the
-    pin, and pip installs C(<clone_dir>/<clone_subdir>) after the requirements and local packages. No patch series
+    pin, and pip installs C(<clone_dir>/<clone_subdir>) after the lock and local packages. No patch series
     applies (a non-empty series fails). The commit, subdir and URL (credentials stripped) are part of the recipe.
     Check mode reports what would be fetched and fetches nothing.
 options:
   path: {description: Absolute live venv path., type: path, required: true}
   python: {description: Base interpreter for python -m venv., type: path, default: /usr/bin/python3}
   flavour: {description: Flavour name (recorded in the recipe)., type: str, required: true}
-  requirements: {description: Pinned requirements file on the target., type: path, required: true}
+  lock: {description: "The flavour's full lock on the target (every package, exact version, sha256 hashes).", type: path, required: true}
   local_packages: {description: Local package source trees on the target to pip install., type: list, elements: path, default: []}
   patch_dir: {description: Patch series directory on the target., type: path, required: true}
   require_patches: {description: Fail when the patch directory is missing or empty., type: bool, default: false}
@@ -42,7 +49,7 @@ options:
   clone_repo:
     description:
       - Git URL of the fork (https/http/git/ssh/file URL, absolute path or user@host:path). Empty = the pypi route
-        (requirements + local packages + patch series), exactly as without the clone options.
+        (lock + local packages + patch series), exactly as without the clone options.
     type: str
     default: ""
   clone_commit: {description: "Full 40-hex commit sha to build (a branch or tag name is refused: it moves).", type: str, default: ""}
@@ -57,15 +64,15 @@ EXAMPLES = r"""
   venv_build:
     path: /opt/sglang/venv
     flavour: lab
-    requirements: /var/lib/sglang-venv/build/lab/requirements.txt
-    patch_dir: /var/lib/sglang-venv/build/lab/patches
+    lock: /var/lib/sglang-venv/lab/lock.txt
+    patch_dir: /var/lib/sglang-venv/lab/patches
     fact_path: /etc/ansible/facts.d/sglang_venv.fact
 
 - name: Build the ddtree flavour from the operator's fork at a pinned commit (clone route)
   venv_build:
     path: /opt/sglang/venv
     flavour: ddtree
-    requirements: /var/lib/sglang-venv/ddtree/requirements.txt
+    lock: /var/lib/sglang-venv/ddtree/lock.txt
     patch_dir: /var/lib/sglang-venv/ddtree/patches
     fact_path: /etc/ansible/facts.d/sglang_venv.fact
     clone_repo: https://github.com/example-operator/sglang.git
@@ -77,8 +84,10 @@ EXAMPLES = r"""
 RETURN = r"""
 built: {description: A new venv is waiting in the stage., type: bool, returned: always}
 reason: {description: Why a build was or was not needed., type: str, returned: always}
-recipe: {description: The recipe parts and recipe_hash., type: dict, returned: always}
+recipe: {description: "The recipe parts (lock = sha256 of the lock's canonical form, lock_packages, install) and recipe_hash.", type: dict, returned: always}
+steps: {description: "Build steps run (fetch, venv, lock, local_packages, clone, pip_check, patches, imports, flag_schema).", type: list, returned: always}
 stage: {description: Staging directory., type: str, returned: when built}
+recovered: {description: "What an earlier run left and this one removed (a failed build's stage), when no build was needed.", type: list, returned: when the live venv is up to date}
 patches_applied: {description: Patches applied in the stage., type: list, returned: when built}
 clone: {description: "Clone route only: repo (credentials stripped), commit, subdir, fetched (bool), fetch (depth1|full|'')", type: dict, returned: when clone_repo is given}
 flag_schema: {description: "The stage's flag schema: sha256, sglang_version, options (count), module, path; {} when none was extracted.", type: dict, returned: always}
@@ -94,7 +103,7 @@ def main():
             path=dict(type="path", required=True),
             python=dict(type="path", default="/usr/bin/python3"),
             flavour=dict(type="str", required=True),
-            requirements=dict(type="path", required=True),
+            lock=dict(type="path", required=True),
             local_packages=dict(type="list", elements="path", default=[]),
             patch_dir=dict(type="path", required=True),
             require_patches=dict(type="bool", default=False),
@@ -116,7 +125,7 @@ def main():
         result = build_if_needed(check_mode=module.check_mode, **p)
     except BuildError as exc:
         module.fail_json(msg=f"venv build: {exc}", path=p["path"])
-    module.exit_json(changed=result["built"], **result)
+    module.exit_json(changed=result["built"] or bool(result.get("recovered")), **result)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,20 @@
-"""Build a venv from a pinned requirements file (+ local packages) and a patch series, into the stage.
+"""Build a venv from the flavour's full lock (+ local packages) and a patch series, into the stage.
+
+The lock (module_utils/venv_lock.py; roles/venv/files/locks/<flavour>.txt) names every package with one exact version
+and the sha256 of every file pip may choose. It is checked before anything is made (a line without hashes or not
+pinned is refused, naming it) and installed with ``pip install --require-hashes --no-deps --only-binary :all:``:
+nothing outside it enters, nothing is built. Local packages and the clone route's checkout follow with ``--no-deps
+--no-build-isolation``: their build backend and dependencies must be in the lock (checked first where the host's
+python has tomllib, then ``pip check`` proves every installed distribution's requirements are met).
 
 The venv's scripts carry its absolute path in their shebangs, so it must be built AT the live path. To keep
 the live venv untouched until the swap, every build step runs in a private mount namespace where the stage
 directory is bind-mounted over the live path (``unshare --mount``): inside, pip sees /opt/sglang/venv; the
 bytes land in <parent>/.venv.stage. Nothing outside the namespace sees the half-built venv.
 
-Whether a build is needed at all: the recipe hash (flavour, python, requirements text, local package trees,
-patch series) is stored in the provenance fact with the content hash of the venv it produced. Same recipe
-and the live venv still has that content hash -> nothing to do. A changed file in the live venv (content
+Whether a build is needed at all: the recipe hash (flavour, python, the lock's canonical form, the install mode,
+local package trees, patch series) is stored in the provenance fact with the content hash of the venv it produced.
+Same recipe and the live venv still has that content hash -> nothing to do. A changed file in the live venv (content
 hash differs) or a changed recipe -> rebuild.
 
 The flag schema of the venv (``<venv>/sglang-flag-schema.json``) is extracted at build time from the venv's own
@@ -17,8 +24,8 @@ venv content: in the manifest and the content hash, streamed with the venv, and 
 The clone route (``clone_repo`` given) builds from the operator's SGLang fork at a pinned commit instead of a patch
 series on the pinned base: the host fetches exactly that commit into ``clone_dir`` (``git fetch --depth 1 <url>
 <sha>``; when the server refuses a fetch by sha, e.g. git's dumb HTTP protocol, a full fetch of its branches and tags),
-checks ``git rev-parse HEAD`` is the pin, and pip installs ``<checkout>/<clone_subdir>`` after the flavour's pinned
-requirements (and local packages). The fork carries its own patches: no patch series applies in this route. The
+checks ``git rev-parse HEAD`` is the pin, and pip installs ``<checkout>/<clone_subdir>`` after the flavour's lock
+(and local packages). The fork carries its own patches: no patch series applies in this route. The
 commit, the subdir and the repository URL without credentials are part of the recipe, so another commit rebuilds and
 the same one is a no-op that fetches nothing.
 """
@@ -36,13 +43,17 @@ import tempfile
 from urllib.parse import urlsplit, urlunsplit
 
 try:
-    from ansible.module_utils.venv_manifest import ManifestError, is_venv, read_json, scan, summary
+    from ansible.module_utils.venv_manifest import (ManifestError, is_venv, read_digest, read_json, scan, summary,
+                                                    write_digest)
     from ansible.module_utils.venv_patch import PatchError, apply_series, read_series, series_hash, site_packages
     from ansible.module_utils.venv_stage import StageError, paths, recover
+    from ansible.module_utils import venv_lock
 except ImportError:
-    from module_utils.venv_manifest import ManifestError, is_venv, read_json, scan, summary  # noqa: F401
+    from module_utils.venv_manifest import (ManifestError, is_venv, read_digest, read_json, scan, summary,  # noqa: F401
+                                            write_digest)
     from module_utils.venv_patch import PatchError, apply_series, read_series, series_hash, site_packages  # noqa
     from module_utils.venv_stage import StageError, paths, recover  # noqa: F401
+    from module_utils import venv_lock  # type: ignore[no-redef]
 
 SKIP_IN_TREE_HASH = ("__pycache__", "build", "dist", ".git", ".pytest_cache")
 # The venv's flag schema, written into the venv itself (part of its content) by the "flag_schema" build step.
@@ -54,6 +65,10 @@ CLONE_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 CLONE_URL_RE = re.compile(r"^((https?|git|ssh|file)://[^\s]+|/[^\s]*|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+)$")
 GIT_PROTOCOLS = "file:git:http:https:ssh"  # GIT_ALLOW_PROTOCOL: never ext:: or fd:: (not even through redirects)
 CLONE_TIMEOUT = 1800  # seconds per git step: a full fetch of SGLang's history moves a few hundred MB
+# How the lock and what follows it are installed (part of the recipe: another install mode is another venv).
+LOCK_PIP_ARGS = ("--require-hashes", "--no-deps", "--only-binary", ":all:")
+LOCAL_PIP_ARGS = ("--no-deps", "--no-build-isolation")
+INSTALL_MODE = "lock: " + " ".join(LOCK_PIP_ARGS) + "; local, clone: " + " ".join(LOCAL_PIP_ARGS) + "; pip check"
 
 
 class BuildError(Exception):
@@ -143,14 +158,25 @@ def clone_part(repo: str, commit: str, subdir: str) -> dict:
     return {"repo": strip_credentials(repo), "commit": commit, "subdir": subdir}
 
 
-def recipe(flavour: str, python: str, requirements: str, local_packages: list[str], patch_dir: str,
+def read_lock(lock: str) -> dict:
+    """The parsed lock; BuildError naming the first line pip's hash-checking mode would refuse."""
+    try:
+        return venv_lock.read(lock)
+    except venv_lock.LockError as exc:
+        raise BuildError(str(exc)) from exc
+
+
+def recipe(flavour: str, python: str, lock: str, local_packages: list[str], patch_dir: str,
            patches: list[str], pip_args: list[str], schema_module: str = "", clone: dict | None = None) -> dict:
-    with open(requirements, "rb") as fh:
-        req = fh.read()
+    """The recipe parts and their hash. The lock counts by its canonical form (entries, markers, hashes, index
+    options; not its comments or line order)."""
+    parsed = read_lock(lock)
     parts = {
         "flavour": flavour,
         "python": python_version(python),
-        "requirements": hashlib.sha256(req).hexdigest(),
+        "lock": venv_lock.lock_hash(parsed),
+        "lock_packages": len(parsed["entries"]),
+        "install": INSTALL_MODE,
         "local_packages": {os.path.basename(os.path.normpath(p)): tree_hash(p) for p in local_packages},
         "patch_series_hash": series_hash(patch_dir, patches),
         "pip_args": list(pip_args),
@@ -170,8 +196,8 @@ def up_to_date(live: str, fact_path: str, recipe_hash: str) -> tuple[bool, str, 
     fact = read_json(fact_path) or {}
     info = summary(scan(live))
     if fact.get("recipe_hash") != recipe_hash:
-        return False, ("recipe changed (requirements, local packages, patches, python, flavour or flag schema "
-                       "module)"), info
+        return False, ("recipe changed (lock, local packages, patches, python, flavour, install mode or flag "
+                       "schema module)"), info
     if fact.get("content_hash") != info["digest"]:
         return False, (f"live venv content {info['digest'][:12]} differs from the recorded "
                        f"{str(fact.get('content_hash'))[:12]} (files changed since the build)"), info
@@ -314,12 +340,14 @@ def extract_flag_schema(stage: str, live: str, schema_module: str, env: dict,
     return dict(info, module=schema_module, path=os.path.join(live, FLAG_SCHEMA_NAME))
 
 
-def build(live: str, python: str, requirements: str, local_packages: list[str], patch_dir: str,
+def build(live: str, python: str, lock: str, local_packages: list[str], patch_dir: str,
           patches: list[str], pip_args: list[str], import_names: list[str], env: dict | None = None,
-          timeout: int = 3600, schema_module: str = "", clone_source: str = "") -> dict:
-    """Build the stage for live; patches applied, imports checked, flag schema extracted (unless schema_module
-    is ""). clone_source: a checked-out fork's package directory, pip installed after the requirements and the
-    local packages (with pip's build isolation: the fork's build backend is its own affair). The live path is
+          timeout: int = 3600, schema_module: str = "", clone_source: str = "", lock_entries: int = -1) -> dict:
+    """Build the stage for live: the lock (hash-checked, no dependency resolution, wheels only), then the local
+    packages and clone_source (a checked-out fork's package directory) with --no-deps --no-build-isolation (their
+    build backend is the lock's), pip check, patches applied, imports checked, flag schema extracted (unless
+    schema_module is ""). No byte-code is written here (pip --no-compile, PYTHONDONTWRITEBYTECODE): venv_commit
+    compiles the stage before the swap. lock_entries 0 (an empty lock) skips the lock step. The live path is
     not touched (except that an empty directory is made there as the bind-mount point when no venv exists yet)."""
     p = paths(live)
     recover(live)
@@ -335,19 +363,29 @@ def build(live: str, python: str, requirements: str, local_packages: list[str], 
     try:
         _run(in_namespace(p["stage"], p["live"], [python, "-m", "venv", p["live"]]), env, "python -m venv", 600)
         steps.append("venv")
-        pip = [os.path.join(p["live"], "bin", "python"), "-m", "pip", "install", "--no-input", *pip_args]
-        _run(in_namespace(p["stage"], p["live"], [*pip, "-r", requirements]), env, "pip install -r", timeout)
-        steps.append("requirements")
+        pip = [os.path.join(p["live"], "bin", "python"), "-m", "pip", "install", "--no-input", "--no-compile",
+               *pip_args]
+        if lock_entries != 0:
+            # pip refuses any file whose sha256 the lock does not list and resolves nothing: a tampered or
+            # substituted file fails here, naming the package, before anything is swapped
+            _run(in_namespace(p["stage"], p["live"], [*pip, *LOCK_PIP_ARGS, "-r", lock]), env,
+                 "pip install --require-hashes (the lock)", timeout)
+            steps.append("lock")
         if local_packages:
-            # a local tree is copied by pip into a temporary build dir; --no-build-isolation uses the venv's own
-            # setuptools, so no build backend is downloaded
-            _run(in_namespace(p["stage"], p["live"], [*pip, "--no-build-isolation", *local_packages]), env,
+            # a local tree is copied by pip into a temporary build dir; with --no-build-isolation its backend is the
+            # venv's own (from the lock, or an in-tree one): no build backend is downloaded unhashed
+            _run(in_namespace(p["stage"], p["live"], [*pip, *LOCAL_PIP_ARGS, *local_packages]), env,
                  "pip install (local packages)", timeout)
             steps.append("local_packages")
         if clone_source:
-            _run(in_namespace(p["stage"], p["live"], [*pip, clone_source]), env, "pip install (clone checkout)",
-                 timeout)
+            _run(in_namespace(p["stage"], p["live"], [*pip, *LOCAL_PIP_ARGS, clone_source]), env,
+                 "pip install (clone checkout)", timeout)
             steps.append("clone")
+        # every installed distribution's requirements are met: a local package or fork needing something the lock
+        # does not hold (they were installed with --no-deps) fails here, named by pip
+        _run([os.path.join(p["stage"], "bin", "python"), "-m", "pip", "check"], env,
+             "pip check (a requirement of an installed package is not in the lock)", 300)
+        steps.append("pip_check")
         patched = apply_series(site_packages(p["stage"]), patch_dir, patches) if patches else {"applied": []}
         steps.append("patches")
         # the stage's own python finds the stage's pyvenv.cfg: imports are checked without the namespace
@@ -401,7 +439,16 @@ def write_fact(fact_path: str, data: dict, check_mode: bool = False) -> bool:
     return True
 
 
-def build_if_needed(path: str, python: str, flavour: str, requirements: str, local_packages: list[str],
+def check_against_lock(parsed: dict, trees: list[str], others: list[str]) -> None:
+    """BuildError when a tree installed after the lock (--no-deps --no-build-isolation) needs a build backend or a
+    dependency the lock does not hold (the other local packages count as present)."""
+    names = tuple(n for n in (venv_lock.project_name(t) for t in others) if n)
+    problems = venv_lock.check_local_packages(parsed, trees, names)
+    if problems:
+        raise BuildError("; ".join(problems))
+
+
+def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packages: list[str],
                     patch_dir: str, require_patches: bool, pip_args: list[str], import_names: list[str],
                     fact_path: str, timeout: int = 3600, check_mode: bool = False, schema_module: str = "",
                     clone_repo: str = "", clone_commit: str = "", clone_subdir: str = "", clone_dir: str = "",
@@ -417,7 +464,7 @@ def build_if_needed(path: str, python: str, flavour: str, requirements: str, loc
             clone = dict(clone_part(clone_repo, clone_commit, clone_subdir), fetched=False, fetch="")
         would_fetch = (f"; would fetch {clone_commit} from {clone['repo']} into {clone_dir}"
                        f"{' (package in ' + clone_subdir + ')' if clone_subdir else ''}") if clone else ""
-        if check_mode and not (os.path.isfile(requirements) and os.path.isdir(patch_dir)):
+        if check_mode and not (os.path.isfile(lock) and os.path.isdir(patch_dir)):
             # the copy tasks before this one did not run for real: report the build that would happen
             result = {"built": True, "reason": "check mode: build inputs are not on the host yet", "recipe": {},
                       "live_digest": "", "patches": [], "stage": "", "patches_applied": [], "steps": [],
@@ -425,17 +472,19 @@ def build_if_needed(path: str, python: str, flavour: str, requirements: str, loc
             if clone:
                 result.update(reason=result["reason"] + would_fetch, clone=clone)
             return result
-        if not os.path.isfile(requirements):
-            raise BuildError(f"requirements file {requirements} does not exist")
+        if not os.path.isfile(lock):
+            raise BuildError(f"lock file {lock} does not exist")
+        parsed = read_lock(lock)  # a line pip's hash-checking mode would refuse fails here, named, before pip runs
         missing = [d for d in local_packages if not os.path.isfile(os.path.join(d, "pyproject.toml"))
                    and not os.path.isfile(os.path.join(d, "setup.py"))]
         if missing:
             raise BuildError(f"local package(s) without pyproject.toml or setup.py: {', '.join(missing)}")
+        check_against_lock(parsed, local_packages, local_packages)
         patches = read_series(patch_dir, require=require_patches)
         if clone and patches:
             raise BuildError(f"the clone route builds the fork as it is at {clone_commit}: the patch series in "
                              f"{patch_dir} ({', '.join(patches)}) does not apply to it (the fork carries its patches)")
-        parts = recipe(flavour, python, requirements, local_packages, patch_dir, patches, pip_args, schema_module,
+        parts = recipe(flavour, python, lock, local_packages, patch_dir, patches, pip_args, schema_module,
                        clone=clone or None)
         ok, reason, live = up_to_date(path, fact_path, parts["recipe_hash"])
         result = {"built": not ok, "reason": reason, "recipe": parts, "live_digest": live.get("digest", ""),
@@ -444,6 +493,8 @@ def build_if_needed(path: str, python: str, flavour: str, requirements: str, loc
             result["clone"] = clone
             if not ok and check_mode:
                 result["reason"] = f"check mode: {reason}{would_fetch}"
+        if ok:  # what a failed build left (its stage, e.g. after a hash pip refused): removed, or in check mode named
+            result["recovered"] = recover(path, check_mode)
         if ok or check_mode:
             return result
         clone_source = ""
@@ -455,12 +506,14 @@ def build_if_needed(path: str, python: str, flavour: str, requirements: str, loc
                     or os.path.isfile(os.path.join(clone_source, "setup.py"))):
                 raise BuildError(f"commit {clone_commit} of {clone['repo']} has no pyproject.toml or setup.py in "
                                  f"{clone_subdir or 'its root'} (clone_subdir: real SGLang's package is in python/)")
-        result.update(build(path, python, requirements, local_packages, patch_dir, patches, pip_args,
-                            import_names, timeout=timeout, schema_module=schema_module, clone_source=clone_source))
+            check_against_lock(parsed, [clone_source], local_packages)  # the fork's backend and dependencies
+        result.update(build(path, python, lock, local_packages, patch_dir, patches, pip_args,
+                            import_names, timeout=timeout, schema_module=schema_module, clone_source=clone_source,
+                            lock_entries=len(parsed["entries"])))
         if clone:
             result["steps"].insert(0, "fetch")
         return result
-    except (PatchError, ManifestError, StageError, OSError) as exc:
+    except (PatchError, ManifestError, StageError, venv_lock.LockError, OSError) as exc:
         raise BuildError(str(exc)) from exc
 
 
@@ -479,6 +532,9 @@ def provenance(path: str, fact_path: str, content_hash: str, fields: dict, sglan
     fact.update({"content_hash": content_hash, "path": path, "flag_schema_sha256": schema.get("sha256", ""),
                  "flag_schema_sglang_version": schema.get("sglang_version", "")})
     try:
-        return write_fact(fact_path, fact, check_mode), fact
+        # a venv swapped in before digests were recorded gets its record here (the service unit needs it)
+        digest_changed = bool(content_hash) and (read_digest(path) != content_hash if check_mode
+                                                 else write_digest(path, content_hash))
+        return write_fact(fact_path, fact, check_mode) or digest_changed, fact
     except OSError as exc:
-        raise BuildError(f"cannot write {fact_path}: {exc}") from exc
+        raise BuildError(f"cannot write {fact_path} or the venv's digest: {exc}") from exc

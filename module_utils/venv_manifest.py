@@ -7,8 +7,9 @@ path below the venv root (the root itself is entry "."):
                                     mode = permission bits (0 for symlinks), size = bytes (files only)
                                     ref = sha256 hex for files, link target for symlinks, "" for directories
 
-Byte-code caches (``__pycache__`` directories, ``*.pyc``) are left out: Python writes them on import (the
-import check, the service), so they differ between hosts without meaning anything, and they regenerate.
+Byte-code caches (``__pycache__`` directories, ``*.pyc``) are left out: they are derived from the sources (each
+host compiles its own in the stage before a swap: module_utils/venv_bytecode.py), so they mean nothing the sources
+do not, and a host's may differ (an interpreter that wrote a timestamp pyc) without the venv differing.
 Owner and mtime are left out too: the venv is root's everywhere and tar carries mtimes.
 
 The digest (the venv's "content hash") is the sha256 of the canonical text of the sorted entries.
@@ -32,6 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 EXCLUDE_DIRS = ("__pycache__",)
 EXCLUDE_SUFFIXES = (".pyc",)
+# The venv's own record of its content hash, written into the stage at every swap (the service's launcher refuses
+# a venv whose digest is not the one its unit was rendered for); derived from the content, so never part of it.
+DIGEST_NAME = ".sglang-venv-digest"
 # Hashing releases the GIL (OpenSSL), so a few threads keep a fast disk busy on big venvs.
 HASH_WORKERS = 4
 CHUNK = 1 << 20
@@ -56,7 +60,31 @@ def file_sha256(path: str) -> str:
 def excluded(name: str, is_dir: bool) -> bool:
     if is_dir:
         return name in EXCLUDE_DIRS
-    return name.endswith(EXCLUDE_SUFFIXES)
+    return name.endswith(EXCLUDE_SUFFIXES) or name.startswith(DIGEST_NAME)
+
+
+def read_digest(root: str) -> str:
+    """The content hash recorded in the venv at its last swap ("" when it has none)."""
+    try:
+        with open(os.path.join(root, DIGEST_NAME), encoding="ascii") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def write_digest(root: str, value: str) -> bool:
+    """Record value as the venv's content hash (world-readable: the service user's launcher reads it). A new inode
+    every time (temp + rename): a stage hard-linked to the live venv never writes through into the live copy.
+    Returns whether it changed."""
+    if read_digest(root) == value:
+        return False
+    path = os.path.join(root, DIGEST_NAME)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(value + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return True
 
 
 def walk(root: str, stats: dict | None = None) -> list[tuple[str, str, int, int, str]]:

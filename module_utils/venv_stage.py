@@ -24,12 +24,14 @@ import stat
 
 try:
     from ansible.module_utils.venv_manifest import (EXCLUDE_DIRS, ManifestError, diff, digest, drop_cache,
-                                                    first_differences, is_venv, scan, summary)
+                                                    first_differences, is_venv, scan, summary, write_digest)
     from ansible.module_utils import venv_receive
+    from ansible.module_utils.venv_bytecode import BytecodeError, compile_stage
 except ImportError:
     from module_utils.venv_manifest import (EXCLUDE_DIRS, ManifestError, diff, digest, drop_cache,  # noqa
-                                            first_differences, is_venv, scan, summary)
+                                            first_differences, is_venv, scan, summary, write_digest)
     from module_utils import venv_receive
+    from module_utils.venv_bytecode import BytecodeError, compile_stage
 
 AT_FDCWD = -100
 RENAME_EXCHANGE = 2
@@ -78,7 +80,8 @@ def recover(live: str, check_mode: bool = False) -> list[str]:
 def _link_tree(src: str, dst: str, skip: set[str]) -> None:
     """Hard-link copy of src into dst (which exists), leaving out the relative paths in skip and their children.
 
-    Byte-code caches are linked too (they are outside the manifest; Python revalidates them by source mtime).
+    Byte-code caches are linked too (outside the manifest): the commit keeps a checked-hash pyc that still matches its
+    source and writes a new file for every other (never through the link).
     """
     for dirpath, dirnames, filenames in os.walk(src):
         rel_dir = os.path.relpath(dirpath, src)
@@ -184,11 +187,13 @@ def swap(live: str) -> str:
     return "two-renames"
 
 
-def commit(live: str, expected_digest: str = "", check_mode: bool = False, cache_dir: str = "") -> dict:
+def commit(live: str, expected_digest: str = "", check_mode: bool = False, cache_dir: str = "",
+           bytecode: bool = True) -> dict:
     """Verify the stage (full manifest, every file read and hashed during this run; must equal expected_digest
-    when given) and swap it in. Files the stream's receiver hashed as it wrote them, and that still have the stat
-    key they had once complete, are not read again; every other file is read here. With cache_dir
-    the hashes are recorded for the live path (a rename keeps inodes and ctimes), so the next run's comparison does
+    when given), compile its byte-code (bytecode=True; after the digest check, so the stage's interpreter only runs
+    once the stage is what was expected) and swap it in. Files the stream's receiver hashed as it wrote them, and
+    that still have the stat key they had once complete, are not read again; every other file is read here. With
+    cache_dir the hashes are recorded for the live path (a rename keeps inodes and ctimes), so the next run's comparison does
     not read the venv again."""
     p = paths(live)
     if check_mode:
@@ -207,6 +212,13 @@ def commit(live: str, expected_digest: str = "", check_mode: bool = False, cache
         drop_cache(cache_dir, p["live"])
         raise StageError(f"stage {p['stage']} does not match the source manifest (digest {info['digest']} != "
                          f"{expected_digest}); live venv left untouched")
+    if bytecode:  # pycs are outside the manifest: the digest above stays the venv's content hash
+        try:
+            info["bytecode"] = compile_stage(p["stage"], p["live"])
+        except BytecodeError as exc:
+            drop_cache(cache_dir, p["live"])
+            raise StageError(f"byte-code of the stage: {exc}; live venv left untouched") from exc
+    write_digest(p["stage"], info["digest"])  # in the stage, before the rename: the venv and its record arrive together
     how = swap(live)
     info.update({"changed": True, "how": how})
     return info

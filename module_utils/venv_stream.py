@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-EXCLUDES = ("__pycache__", "*.pyc")
+EXCLUDES = ("__pycache__", "*.pyc", ".sglang-venv-digest*")  # derived files: see venv_manifest
 PIPE_SIZE = 1 << 20
 # ssh's default cipher is chacha20-poly1305; AES-GCM runs on the CPU's AES-NI/PCLMUL units and encrypts several
 # times faster per core. A stream is one ssh connection per hop (two through the controller), so the cipher is

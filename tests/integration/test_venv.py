@@ -1,8 +1,10 @@
-"""The venv role on the lab: build the lab flavour on ct200-lab (real PyPI wheels through the lab proxy, the
-SGLang stand-in, the lab patch series), stream it to b300-lab, repair a corrupted file, survive a killed
-transfer, refuse bad input before the target changes. Tests run in file order and share the lab "venv"."""
+"""The venv role on the lab: build the lab flavour on ct200-lab (its full lock of real PyPI wheels through the lab
+proxy, hash-checked by pip; the SGLang stand-in; the lab patch series), refuse a lock with a tampered hash, stream it
+to b300-lab with byte-code compiled there before the swap, repair a corrupted file, survive a killed transfer, refuse
+bad input before the target changes. Tests run in file order and share the lab "venv"."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import venv_patch
+from module_utils import venv_lock, venv_patch
 from tests.integration.conftest import start_playbook
 
 LAB_NAME = "venv"
@@ -24,12 +26,20 @@ STREAM = {"venv_method": "stream", "venv_stream_source": "ct200-lab"}
 SERIES_DIR = ROOT / "roles/venv/files/patches/lab"
 SERIES_HASH = venv_patch.series_hash(str(SERIES_DIR), venv_patch.read_series(str(SERIES_DIR)))
 MANIFEST_SRC = (ROOT / "module_utils/venv_manifest.py").read_text()
+BYTECODE_SRC = (ROOT / "module_utils/venv_bytecode.py").read_text()
+LAB_LOCK = ROOT / "roles/venv/files/locks/lab.txt"
 
 
 def remote_summary(lab, host: str, path: str = VENV) -> dict:
     """Content hash of a venv computed on the host itself by the same manifest code the modules use."""
     code = MANIFEST_SRC + f"\nimport json\nprint(json.dumps(summary(scan({path!r}))))\n"
     return json.loads(lab.ssh(host, "python3 -", input=code).stdout)
+
+
+def remote_bytecode(lab, host: str, path: str = VENV) -> dict:
+    """The byte-code check of a venv (importlib's rules: magic, flags, source hash or mtime+size, mode), run on the
+    host by the venv's own interpreter with the code the role uses."""
+    return json.loads(lab.ssh(host, f"{path}/bin/python -I -B - check", input=BYTECODE_SRC).stdout)
 
 
 def fact(lab, host: str) -> dict:
@@ -48,6 +58,15 @@ def test_build_lab_flavour_then_noop(lab, playbook):
     assert f["content_hash"] == src["digest"] and f["patch_series_hash"] == SERIES_HASH
     assert f["sglang_version"] == "0.5.11.post0+standin" and f["python_version"].startswith("3.11.")
     assert f["method"] == "build" and f["flavour"] == "lab" and len(f["recipe_hash"]) == 64
+    # the full lock, hash-checked, nothing resolved: only what the lock holds, the stand-in (--no-deps) and the venv's
+    # own pip/setuptools (python -m venv) are installed; pip check passed
+    built = run.result(BUILD_TASK, "ct200-lab")
+    assert built["steps"][:4] == ["venv", "lock", "local_packages", "pip_check"], built["steps"]
+    assert built["recipe"]["lock_packages"] == 2 and len(built["recipe"]["lock"]) == 64
+    dists = {d["name"].lower(): d["version"]
+             for d in json.loads(sh(lab, "ct200-lab", f"{VENV}/bin/python -m pip list --format=json"))}
+    assert dists.pop("six") == "1.17.0" and dists.pop("idna") == "3.10"
+    assert dists.pop("sglang-standin") == "0.5.11.post0+standin" and set(dists) <= {"pip", "setuptools"}, dists
     # the venv's own flag schema, in the venv: the stand-in's 0.5.11 parser plus the DDTREE flags of the lab series
     schema_text = sh(lab, "ct200-lab", f"cat {VENV}/sglang-flag-schema.json")
     schema = json.loads(schema_text)
@@ -68,6 +87,41 @@ def test_build_lab_flavour_then_noop(lab, playbook):
                         "ct200-lab")["built"] is False
 
 
+def test_a_lock_with_a_tampered_hash_is_refused_by_pips_hash_check_and_the_live_venv_stays(lab, playbook, tmp_path):
+    """The lab lock with six's sha256 lines replaced (a well-formed lock: preflight accepts it): the recipe changed, so
+    the host builds, and pip's hash check refuses the six wheel it downloads. The play fails at the build naming six;
+    nothing is swapped: the live venv, its fact and its imports are what they were. The real lock again is a no-op
+    that removes the failed build's stage."""
+    good = LAB_LOCK.read_text()
+    six = next(e for e in venv_lock.parse(good)["entries"] if e["name"] == "six")
+    bad = good
+    for h in six["hashes"]:
+        bad = bad.replace(h, "sha256:" + hashlib.sha256(h.encode()).hexdigest())
+    assert bad != good and venv_lock.parse(bad)["names"] == ["idna", "six"]
+    lock = tmp_path / "lab.txt"
+    lock.write_text(bad)
+    before = remote_summary(lab, "ct200-lab")["digest"]
+    fact_before = sh(lab, "ct200-lab", f"md5sum {FACT}")
+
+    run = playbook(PLAYBOOK, limit="ct200-lab", extravars={"venv_method": "build", "venv_lock_file": str(lock)})
+    assert run.rc != 0
+    failed = run.result(BUILD_TASK, "ct200-lab")
+    assert failed["_event"] == "runner_on_failed", failed
+    assert "pip install --require-hashes (the lock) failed" in failed["msg"], failed["msg"][-3000:]
+    assert "DO NOT MATCH THE HASHES" in failed["msg"] and "six==1.17.0" in failed["msg"], failed["msg"][-3000:]
+    assert not run.results("Swap the built venv in")
+    assert remote_summary(lab, "ct200-lab")["digest"] == before
+    assert sh(lab, "ct200-lab", f"md5sum {FACT}") == fact_before
+    assert sh(lab, "ct200-lab", f"{VENV}/bin/python -c 'import six; print(six.lab_patched())'") == "('0001', '0002')"
+
+    again = playbook(PLAYBOOK, limit="ct200-lab", extravars={"venv_method": "build"})
+    assert again.rc == 0, again.failures() + again.stdout[-3000:]
+    noop = again.result(BUILD_TASK, "ct200-lab")
+    assert noop["built"] is False and noop["recovered"] == [f"removed stale {STAGE}"], noop
+    assert sh(lab, "ct200-lab", f"ls -a {os.path.dirname(VENV)}").split() == [".", "..", "venv"]
+    assert remote_summary(lab, "ct200-lab")["digest"] == before
+
+
 def test_stream_to_b300_then_second_run_moves_nothing(lab, playbook):
     run = playbook(PLAYBOOK, extravars=STREAM)
     assert run.rc == 0, run.stdout[-5000:]
@@ -86,6 +140,16 @@ def test_stream_to_b300_then_second_run_moves_nothing(lab, playbook):
     # the receiver wrote (and hashed) every file that travelled; "auto" sends plain tar from a 2-CPU lab host
     assert report["files_written"] == (src["files"] if stage["full"] else stage["send_count"]), report
     assert report["compressed"] is False and report["tar_bytes"] > 0, report
+    # byte-code never travels: b300 compiled its own in the stage before the swap, valid for every module
+    committed = run.result("Verify the stage against the source manifest and swap it in", "b300-lab")
+    compiled = committed["bytecode"]["compiled"] + committed["bytecode"]["kept"]  # kept: an earlier session's b300 venv
+    assert compiled > 10 and committed["bytecode"]["errors"] == [], committed["bytecode"]
+    code = remote_bytecode(lab, "b300-lab")
+    assert code["invalid"] == 0 and code["sources"] == code["valid"] + code["uncompilable_count"], code
+    assert code["valid"] == compiled and set(code["modes"]) == {"checked-hash"}, code
+    verified = run.result("Byte-code of the live venv is valid (importing any module as the service user compiles "
+                          "nothing)", "b300-lab")
+    assert verified["_event"] == "runner_on_ok" and verified["invalid"] == 0 and verified["valid"] == code["valid"]
     inode = sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg")
 
     again = playbook(PLAYBOOK, extravars=STREAM)
@@ -97,6 +161,24 @@ def test_stream_to_b300_then_second_run_moves_nothing(lab, playbook):
     assert moved["_event"] == "runner_on_skipped"  # no transfer at all: no bytes moved
     assert not again.results("Report the venv swap")
     assert sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg") == inode
+
+
+def test_importing_the_streamed_venv_as_an_unprivileged_user_compiles_nothing(lab):
+    """The service user cannot write into the root-owned venv: without byte-code every start would compile every
+    module. Every module of the stand-in, six and idna loads from its pyc (python -v: "code object from '<pyc>'",
+    never from the .py), and root, who could write, rewrites no pyc on the same imports."""
+    imports = "import six, idna, sglang_standin, sglang_standin.server_args"
+    proc = lab.ssh("b300-lab", f"cd / && runuser -u nobody -- env -i {VENV}/bin/python -v -c '{imports}'")
+    loaded = [line.split("code object from ", 1)[1].strip("'")
+              for line in proc.stderr.splitlines() if line.startswith("# code object from ") and VENV in line]
+    assert any("/sglang_standin/" in p for p in loaded) and any(p.endswith("six.cpython-311.pyc") for p in loaded)
+    compiled = [p for p in loaded if p.endswith(".py")]
+    assert compiled == [] and all(p.endswith(".pyc") for p in loaded), compiled or loaded
+    assert not [line for line in proc.stderr.splitlines() if "could not create" in line and VENV in line]
+    snapshot = f"find {VENV} -name '*.pyc' -printf '%p %s %T@ %i\\n' | sort | sha256sum"
+    before = sh(lab, "b300-lab", snapshot)
+    sh(lab, "b300-lab", f"cd / && env -u PYTHONDONTWRITEBYTECODE {VENV}/bin/python -c '{imports}'")
+    assert sh(lab, "b300-lab", snapshot) == before
 
 
 def test_corrupted_file_is_detected_and_repaired(lab, playbook):
@@ -189,7 +271,7 @@ def test_check_mode_on_a_host_without_the_venv_changes_nothing(lab, playbook):
 
 
 @pytest.mark.parametrize("case", ["unknown_flavour", "missing_patch_file", "empty_ddtree_series", "source_without_venv",
-                                  "bad_zstd_level"])
+                                  "bad_zstd_level", "unhashed_lock_line", "stale_lock"])
 def test_bad_input_fails_before_the_target_changes(lab, playbook, tmp_path, case):
     before = sh(lab, "b300-lab", f"stat -c %i {VENV}/pyvenv.cfg; md5sum {FACT}")
     extravars = {"venv_method": "build"}
@@ -204,6 +286,16 @@ def test_bad_input_fails_before_the_target_changes(lab, playbook, tmp_path, case
     elif case == "empty_ddtree_series":
         extravars.update({"venv_flavour": "ddtree", "venv_ddtree_patch_dir": str(tmp_path)})
         expect = "holds no patches"
+    elif case == "unhashed_lock_line":  # pip would refuse it on the host: preflight names the line first
+        (tmp_path / "lab.txt").write_text(LAB_LOCK.read_text() + "requests==2.32.3\n")
+        extravars["venv_lock_file"] = str(tmp_path / "lab.txt")
+        expect = f"{tmp_path / 'lab.txt'}:{len(LAB_LOCK.read_text().splitlines()) + 1}: 'requests==2.32.3': " \
+                 "requests==2.32.3 has no --hash=sha256"
+    elif case == "stale_lock":  # the pins changed, nobody re-ran lock.sh
+        pins = (ROOT / "roles/venv/files/requirements/lab.txt").read_text()
+        (tmp_path / "pins.txt").write_text(pins + "attrs==25.1.0\n")
+        extravars["venv_lock_input"] = str(tmp_path / "pins.txt")
+        expect = "was generated from another pins.txt"
     elif case == "bad_zstd_level":
         extravars = {**STREAM, "venv_stream_zstd_level": "fast"}
         expect = "venv_stream_zstd_level=fast (auto, or 0-19)"

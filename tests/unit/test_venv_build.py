@@ -1,5 +1,6 @@
 """module_utils.venv_build: recipe, up-to-date decision, provenance fact, and a real offline build into the
-stage through a private mount namespace (no network: a hand-made wheel, PIP_NO_INDEX). Local source trees need the index (setuptools/wheel) and
+stage through a private mount namespace (no network: a hand-made wheel in a lock with its sha256, PIP_NO_INDEX, pip's
+hash-checking mode). Local source trees need the index (setuptools/wheel) and
 are covered by the lab integration test, except the SGLang stand-in (its stdlib build backend needs nothing): the
 flag schema step is tested on a venv holding it, with the lab series' parser patch."""
 import hashlib
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from module_utils import venv_build as vb
+from module_utils import venv_bytecode as vbc
 from module_utils import venv_manifest as vm
 from module_utils import venv_stage as vs
 
@@ -52,6 +54,17 @@ def tiny_wheel(root: Path, name="tinypkg", version="1.0", extra: dict | None = N
             record.append(f"{arc},sha256={digest},{len(data)}")
         record.append(f"{name}-{version}.dist-info/RECORD,,")
         zf.writestr(f"{name}-{version}.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+def lock_for(path: Path, *wheels: Path, hashes: dict | None = None) -> Path:
+    """A lock of hand-made wheels: name==version, the wheel's sha256 (or the one given by name), --find-links."""
+    lines = [f"--find-links {wheels[0].parent}"] if wheels else []
+    for wheel in wheels:
+        name, version = wheel.name.split("-")[:2]
+        digest = (hashes or {}).get(name) or hashlib.sha256(wheel.read_bytes()).hexdigest()
+        lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}")
+    path.write_text("# input: none sha256=" + "0" * 64 + "\n" + "\n".join(lines) + "\n")
     return path
 
 
@@ -136,19 +149,85 @@ def test_bad_inputs_fail_before_anything_is_made(tmp_path):
     live = tmp_path / "opt/venv"
     common = dict(path=str(live), python=sys.executable, flavour="lab", pip_args=[], import_names=[],
                   fact_path=str(tmp_path / "f.fact"))
-    with pytest.raises(vb.BuildError, match="requirements file .* does not exist"):
-        vb.build_if_needed(requirements=str(tmp_path / "none.txt"), local_packages=[], patch_dir=str(patches),
+    with pytest.raises(vb.BuildError, match="lock file .* does not exist"):
+        vb.build_if_needed(lock=str(tmp_path / "none.txt"), local_packages=[], patch_dir=str(patches),
                            require_patches=False, **common)
     with pytest.raises(vb.BuildError, match="without pyproject.toml"):
-        vb.build_if_needed(requirements=str(req), local_packages=[str(tmp_path)], patch_dir=str(patches),
+        vb.build_if_needed(lock=str(req), local_packages=[str(tmp_path)], patch_dir=str(patches),
                            require_patches=False, **common)
     with pytest.raises(vb.BuildError, match="holds no patches"):  # the ddtree rule: an empty operator dir
-        vb.build_if_needed(requirements=str(req), local_packages=[], patch_dir=str(patches),
+        vb.build_if_needed(lock=str(req), local_packages=[], patch_dir=str(patches),
                            require_patches=True, **common)
     (patches / "series").write_text("0001-missing.patch\n")
     with pytest.raises(vb.BuildError, match="missing patch file"):
-        vb.build_if_needed(requirements=str(req), local_packages=[], patch_dir=str(patches),
+        vb.build_if_needed(lock=str(req), local_packages=[], patch_dir=str(patches),
                            require_patches=False, **common)
+    assert not (tmp_path / "opt").exists()
+
+
+GOOD_HASH = "sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize("text, named", [
+    ("six==1.17.0\n", "req.txt:2: 'six==1.17.0': six==1.17.0 has no --hash=sha256"),
+    (f"six>=1.16 --hash={GOOD_HASH}\n", "req.txt:2: 'six>=1.16 --hash=sha256:aaaa"),
+    (f"six --hash={GOOD_HASH}\n", "six is not pinned (name==version)"),
+    (f"six==1.* --hash={GOOD_HASH}\n", "six is not pinned to one exact version"),
+    (f"six @ https://example.org/six-1.17.0-py3-none-any.whl --hash={GOOD_HASH}\n", "a URL or path is not a locked"),
+    ("-r other.txt\n", "option -r is not allowed in a lock"),
+    ("-e ./src/pkg\n", "option -e is not allowed in a lock"),
+    (f"idna==3.10 --hash={GOOD_HASH}\nsix==1.17.0 \\\n    --hash=sha256:abc\n",
+     "req.txt:3: 'six==1.17.0 --hash=sha256:abc'"),
+])
+def test_a_lock_line_pip_would_refuse_fails_the_build_naming_it_before_pip_runs(tmp_path, monkeypatch, text, named):
+    req, _, patches = inputs(tmp_path)
+    req.write_text("# a lock\n" + text)
+    ran = []
+    monkeypatch.setattr(vb, "_run", lambda *a, **k: ran.append(a))  # pip never runs
+    live = tmp_path / "opt/venv"
+    with pytest.raises(vb.BuildError) as err:
+        vb.build_if_needed(path=str(live), python=sys.executable, flavour="lab", lock=str(req), local_packages=[],
+                           patch_dir=str(patches), require_patches=False, pip_args=[], import_names=[],
+                           fact_path=str(tmp_path / "f.fact"))
+    assert named in str(err.value)
+    assert ran == [] and not (tmp_path / "opt").exists()
+
+
+def test_recipe_hash_changes_with_a_lock_hash_line_not_with_its_comments_or_line_order(tmp_path):
+    req, _, patches = inputs(tmp_path)
+    a, b = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    text = f"# header\nidna==3.10 \\\n    --hash={a}\nsix==1.17.0 \\\n    --hash={a} \\\n    --hash={b}\n"
+    req.write_text(text)
+    args = ("lab", sys.executable, str(req), [], str(patches), [], [])
+    base = vb.recipe(*args)
+    assert base["lock_packages"] == 2 and base["install"] == vb.INSTALL_MODE
+    req.write_text(text.replace("# header", "# another header") + "    # via nothing\n")
+    assert vb.recipe(*args)["recipe_hash"] == base["recipe_hash"]
+    six_first = text.split("\n")
+    req.write_text("\n".join([six_first[0], *six_first[3:6], *six_first[1:3]]) + "\n")
+    assert vb.recipe(*args)["recipe_hash"] == base["recipe_hash"]
+    req.write_text(text.replace(f"--hash={b}", "--hash=sha256:" + "3" * 64))  # one hash line of six changed
+    changed = vb.recipe(*args)
+    assert changed["recipe_hash"] != base["recipe_hash"] and changed["lock"] != base["lock"]
+    req.write_text(text.replace("six==1.17.0", "six==1.16.0"))
+    assert vb.recipe(*args)["recipe_hash"] not in (base["recipe_hash"], changed["recipe_hash"])
+
+
+def test_a_local_package_needing_what_the_lock_lacks_is_refused_before_anything_is_made(tmp_path, monkeypatch):
+    req, pkg, patches = inputs(tmp_path)
+    (pkg / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61", "wheel"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "tinypkg"\nversion = "1.0"\n'
+        'dependencies = ["requests>=2", "tomli; python_version < \'3.11\'"]\n')
+    req.write_text(f"wheel==0.48.0 --hash={GOOD_HASH}\n")
+    monkeypatch.setattr(vb, "_run", lambda *a, **k: pytest.fail("pip ran"))
+    with pytest.raises(vb.BuildError) as err:
+        vb.build_if_needed(path=str(tmp_path / "opt/venv"), python=sys.executable, flavour="lab", lock=str(req),
+                           local_packages=[str(pkg)], patch_dir=str(patches), require_patches=False, pip_args=[],
+                           import_names=[], fact_path=str(tmp_path / "f.fact"))
+    msg = str(err.value)
+    assert "build backend requirement(s) setuptools>=61 not in the lock" in msg
+    assert "dependencies requests>=2 not in the lock" in msg and "tomli" not in msg  # a marker: pip check decides
     assert not (tmp_path / "opt").exists()
 
 
@@ -161,8 +240,7 @@ def _can_unshare() -> bool:
 @pytest.mark.skipif(not _can_unshare(), reason="needs root and mount namespaces")
 def test_offline_build_into_stage_then_swap_then_up_to_date(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    req = tmp_path / "req.txt"
-    req.write_text(f"{tiny_wheel(tmp_path / 'wheels')}\n")
+    req = lock_for(tmp_path / "req.txt", tiny_wheel(tmp_path / "wheels"))
     # a patch series against the tiny package (made here: its own files)
     patches = tmp_path / "p"
     patches.mkdir()
@@ -171,16 +249,20 @@ def test_offline_build_into_stage_then_swap_then_up_to_date(tmp_path, monkeypatc
     live = tmp_path / "opt/sglang/venv"
     fact = tmp_path / "facts.d/sglang_venv.fact"
     kw = dict(path=str(live), python=sys.executable if sys.prefix == sys.base_prefix else "/usr/bin/python3",
-              flavour="lab", requirements=str(req), local_packages=[], patch_dir=str(patches),
+              flavour="lab", lock=str(req), local_packages=[], patch_dir=str(patches),
               require_patches=True, pip_args=[], import_names=["tinypkg"], fact_path=str(fact), timeout=300)
     r = vb.build_if_needed(**kw)
-    assert r["built"] and r["patches_applied"] == ["0001-tiny.patch"] and r["steps"][-1] == "imports"
+    assert r["built"] and r["patches_applied"] == ["0001-tiny.patch"]
+    assert r["steps"] == ["venv", "lock", "pip_check", "patches", "imports"]
     assert live.is_dir() and not any(live.iterdir())  # only the empty mount point: the bytes are in the stage
     stage = Path(r["stage"])
     # shebangs carry the LIVE path, not the stage path
     pip_script = (stage / "bin/pip").read_text().splitlines()[0]
     assert pip_script == f"#!{live}/bin/python" or pip_script.startswith(f"#!{live}/bin/python")
     c = vs.commit(str(live))
+    # no byte-code from the build itself (pip --no-compile): the commit compiled the stage, pip's modules included
+    assert c["bytecode"]["compiled"] == c["bytecode"]["sources"] - c["bytecode"]["uncompilable_count"] > 100
+    assert vbc.run(str(live), "check")["invalid"] == 0
     assert vb.write_fact(str(fact), {"recipe_hash": r["recipe"]["recipe_hash"], "content_hash": c["digest"]})
     site = vb.site_packages(str(live))
     assert "PATCHED = True" in Path(site, "tinypkg/__init__.py").read_text()
@@ -192,18 +274,33 @@ def test_offline_build_into_stage_then_swap_then_up_to_date(tmp_path, monkeypatc
     _, prov = vb.provenance(str(live), str(tmp_path / "p.fact"), c["digest"], {}, "tinypkg", "tinypkg")
     assert prov["flag_schema_sha256"] == "" and prov["flag_schema_sglang_version"] == ""
     again = vb.build_if_needed(**kw)
-    assert not again["built"] and "matches" in again["reason"]
+    assert not again["built"] and "matches" in again["reason"] and again["recovered"] == []
+    stale = vs.paths(str(live))["stage"]
+    os.mkdir(stale)  # what a failed build leaves
+    assert vb.build_if_needed(**kw, check_mode=True)["recovered"] == [f"removed stale {stale}"]
+    assert os.path.isdir(stale)  # check mode only names it
+    assert vb.build_if_needed(**kw)["recovered"] == [f"removed stale {stale}"] and not os.path.exists(stale)
     Path(site, "tinypkg/__init__.py").write_text("__version__ = 'tampered'\n")
     drift = vb.build_if_needed(**kw, check_mode=True)
     assert drift["built"] and "differs from the recorded" in drift["reason"]
     assert not Path(vs.paths(str(live))["stage"]).exists()  # check mode built nothing
     assert vm.is_venv(str(live))
+    # a lock whose hash does not match the file pip finds: pip's hash check refuses it, naming the package, and the
+    # live venv stays as it was (nothing swapped)
+    wheel = next((tmp_path / "wheels").glob("tinypkg-*.whl"))
+    lock_for(req, wheel, hashes={"tinypkg": "0" * 64})
+    live_before = vm.summary(vm.scan(str(live)))["digest"]
+    with pytest.raises(vb.BuildError) as err:
+        vb.build_if_needed(**kw)
+    assert "pip install --require-hashes (the lock) failed" in str(err.value)
+    assert "DO NOT MATCH THE HASHES" in str(err.value) and "tinypkg==1.0" in str(err.value)
+    assert vm.summary(vm.scan(str(live)))["digest"] == live_before and vm.is_venv(str(live))
 
 
-def _build_kw(tmp_path, requirements: Path, **over) -> dict:
+def _build_kw(tmp_path, lock: Path, **over) -> dict:
     kw = dict(path=str(tmp_path / "opt/sglang/venv"),
               python=sys.executable if sys.prefix == sys.base_prefix else "/usr/bin/python3",
-              flavour="lab", requirements=str(requirements), local_packages=[], patch_dir=str(tmp_path / "p"),
+              flavour="lab", lock=str(lock), local_packages=[], patch_dir=str(tmp_path / "p"),
               require_patches=False, pip_args=[], import_names=[], fact_path=str(tmp_path / "f.fact"), timeout=300)
     kw.update(over)
     return kw
@@ -258,8 +355,7 @@ def test_broken_schema_module_fails_the_build_with_its_stderr(tmp_path, monkeypa
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     wheel = tiny_wheel(tmp_path / "wheels", extra={
         "tinypkg/server_args.py": "raise RuntimeError('parser exploded: half-applied DDTREE patch')\n"})
-    req = tmp_path / "req.txt"
-    req.write_text(f"{wheel}\n")
+    req = lock_for(tmp_path / "req.txt", wheel)
     (tmp_path / "p").mkdir()
     kw = _build_kw(tmp_path, req, import_names=["tinypkg"], schema_module="tinypkg.server_args")
     with pytest.raises(vb.BuildError) as err:
@@ -316,7 +412,7 @@ def test_clone_inputs_refused_before_anything_is_made(tmp_path, repo, commit, su
     req, _, patches = inputs(tmp_path)
     with pytest.raises(vb.BuildError, match=message):
         vb.build_if_needed(path=str(tmp_path / "opt/venv"), python=sys.executable, flavour="ddtree",
-                           requirements=str(req), local_packages=[], patch_dir=str(patches), require_patches=False,
+                           lock=str(req), local_packages=[], patch_dir=str(patches), require_patches=False,
                            pip_args=[], import_names=[], fact_path=str(tmp_path / "f.fact"), clone_repo=repo,
                            clone_commit=commit, clone_subdir=subdir, clone_dir=str(tmp_path / "clone"))
     assert not (tmp_path / "opt").exists() and not (tmp_path / "clone").exists()
@@ -412,7 +508,7 @@ def test_clone_route_builds_the_forks_commit_then_the_same_commit_is_a_noop(fork
     kw = _build_kw(tmp_path, req, import_names=["sglang_standin"], schema_module="sglang_standin.server_args",
                    clone_repo=url, clone_commit=fork["commit"], clone_subdir="", clone_dir=str(clone_dir))
     r = vb.build_if_needed(**kw)
-    assert r["built"] and r["steps"] == ["fetch", "venv", "requirements", "clone", "patches", "imports", "flag_schema"]
+    assert r["built"] and r["steps"] == ["fetch", "venv", "clone", "pip_check", "patches", "imports", "flag_schema"]
     assert r["clone"] == {"repo": url, "commit": fork["commit"], "subdir": "", "fetched": True, "fetch": "depth1"}
     assert r["recipe"]["clone"] == {"repo": url, "commit": fork["commit"], "subdir": ""}
     assert r["patches_applied"] == []

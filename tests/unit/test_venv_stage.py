@@ -139,3 +139,26 @@ def test_live_path_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "venv").write_text("")
     with pytest.raises(vs.StageError, match="not a directory"):
         vs.prepare(str(tmp_path / "venv"), [])
+
+
+def test_every_swap_records_the_venv_digest_in_it_without_writing_through_to_the_live_copy(pair):
+    src, live = pair
+    entries = vm.scan(str(src))
+    r = vs.prepare(str(live), entries)
+    extract_from(str(src), r["stage"], None)
+    first = vs.commit(str(live), vm.digest(entries))
+    assert vm.read_digest(str(live)) == first["digest"] == vm.digest(entries)
+    assert oct(os.stat(live / vm.DIGEST_NAME).st_mode & 0o777) == oct(0o644)   # the service user reads it
+    assert vm.digest(vm.scan(str(live))) == first["digest"]                    # the record is not content
+    # a changed file: the stage is a hard-link copy of live, the record of the new venv must not reach the old one
+    (src / "lib/python3.11/site-packages/pkg/__init__.py").write_text("X = 2\n")
+    entries2 = vm.scan(str(src))
+    r = vs.prepare(str(live), entries2)
+    extract_from(str(src), r["stage"], r["send"])
+    old_inode = os.stat(live / vm.DIGEST_NAME).st_ino
+    stage_digest = os.path.join(r["stage"], vm.DIGEST_NAME)
+    if os.path.exists(stage_digest):
+        assert os.stat(stage_digest).st_ino in (old_inode,)   # hard-linked until the commit replaces it
+    second = vs.commit(str(live), vm.digest(entries2))
+    assert vm.read_digest(str(live)) == second["digest"] != first["digest"]
+    assert not os.path.exists(str(live) + ".stage")

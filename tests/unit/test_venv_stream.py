@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from module_utils import venv_bytecode as vbc
 from module_utils import venv_manifest as vm
 from module_utils import venv_stage as vs
 from module_utils import venv_stream as st
@@ -114,7 +115,9 @@ def test_stream_full_then_partial_repair(tmp_path, fake_ssh, level, bwlimit):
     assert (rep["bytes"] is None) is (bwlimit == 0)  # only the paced relay counts wire bytes
     vs.commit(str(live), vm.digest(entries))
     assert vm.digest(vm.scan(str(live))) == vm.digest(entries)
-    assert not (live / "lib/python3.11/site-packages/pkg/__pycache__").exists()  # byte-code never travels
+    # byte-code never travels (the source's pyc is junk): the commit compiled the target's own before the swap
+    assert b"junk" not in {p.read_bytes() for p in (live / "lib/python3.11/site-packages/pkg/__pycache__").iterdir()}
+    assert vbc.run(str(live), "check")["invalid"] == 0
     # corrupt one file: only it moves
     (live / "data.bin").write_bytes(b"\0" * 200_000)
     r = vs.prepare(str(live), entries)
