@@ -315,3 +315,36 @@ def test_key_printed_in_an_argv_repr_with_a_backslash_is_redacted(tmp_path):
     proc = run(tmp_path, "k\\very-secret")
     assert "very-secret" not in proc.stdout + proc.stderr
     assert "'--api-key', '[REDACTED]']" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny_venv(tmp_path_factory):
+    venv = tmp_path_factory.mktemp("launcher-venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    return venv
+
+
+@pytest.mark.parametrize("recorded,expected,runs", [
+    ("sha256:aaa", "sha256:aaa", True),     # the venv the unit was rendered for: the module runs
+    ("sha256:bbb", "sha256:aaa", False),    # another venv swapped in behind the unit: refused, 78
+    (None, "sha256:aaa", False),            # a venv without a record (not put there by the venv role): refused
+    ("sha256:bbb", None, True),             # a unit that names no venv hash (rendered by hand): not checked
+])
+def test_the_launcher_starts_only_the_venv_its_unit_was_rendered_for(tmp_path, tiny_venv, recorded, expected, runs):
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    digest = tiny_venv / ".sglang-venv-digest"
+    digest.unlink(missing_ok=True)
+    if recorded:
+        digest.write_text(recorded + "\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("SGLANG_SERVICE_VENV_HASH", None)
+    if expected:
+        env["SGLANG_SERVICE_VENV_HASH"] = expected
+    proc = subprocess.run([str(tiny_venv / "bin/python"), str(LAUNCHER), "probe_mod", "--port", "1"],
+                          capture_output=True, text=True, env=env, timeout=30)
+    if runs:
+        assert proc.returncode == 3 and "argv ['--port', '1']" in proc.stdout, proc.stderr
+    else:
+        assert proc.returncode == 78 and "argv" not in proc.stdout, (proc.stdout, proc.stderr)
+        assert "refusing to start" in proc.stderr and expected in proc.stderr
+        assert (recorded or "carries no content hash") in proc.stderr

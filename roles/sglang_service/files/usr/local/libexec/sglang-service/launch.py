@@ -24,6 +24,13 @@ child and exits once the child is reaped:
     a failure);
   - the child's exit code otherwise.
 Without a key it supervises the same way and redacts nothing.
+
+Before anything starts, the launcher checks that the venv it runs from is the one the unit was rendered for:
+the unit carries SGLANG_SERVICE_VENV_HASH (the venv's content hash when the role rendered it) and every venv
+swap writes the new venv's verified content hash into <venv>/.sglang-venv-digest in the stage, before the
+rename. A different or missing digest exits EXIT_WRONG_VENV (78) with both hashes named, and the unit's
+RestartPreventExitStatus=78 keeps systemd from retrying: an automatic restart can never load a new venv under
+the old unit's flags; only the service role (which re-renders the unit and proves readiness) starts it.
 """
 import os
 import runpy
@@ -33,6 +40,9 @@ import sys
 import time
 
 KEY_ENV = "SGLANG_SERVICE_API_KEY"
+VENV_HASH_ENV = "SGLANG_SERVICE_VENV_HASH"
+VENV_DIGEST_NAME = ".sglang-venv-digest"
+EXIT_WRONG_VENV = 78  # EX_CONFIG
 MASK = b"[REDACTED]"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # After the child is reaped, its descendants may still hold the pipes (and write their last words): keep
@@ -212,9 +222,30 @@ def supervise(pid: int, pipes: dict, wake_r: int, state: dict) -> int:
     return code
 
 
+def venv_mismatch(prefix: str, expected: str) -> str:
+    """Why the venv at prefix is not the one the unit was rendered for ("" = it is, or the unit names none)."""
+    if not expected:
+        return ""
+    path = os.path.join(prefix, VENV_DIGEST_NAME)
+    try:
+        with open(path, encoding="ascii") as fh:
+            found = fh.read().strip()
+    except OSError as exc:
+        return (f"{path} is unreadable ({exc.strerror}): the venv carries no content hash, the unit was rendered "
+                f"for {expected}")
+    if found != expected:
+        return f"the venv at {prefix} has content hash {found}, the unit was rendered for {expected}"
+    return ""
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: launch.py <module> [server flags...]")
+    why = venv_mismatch(sys.prefix, os.environ.get(VENV_HASH_ENV, ""))
+    if why:
+        log(f"refusing to start: {why}; the venv was replaced after this unit was rendered. Rerun the service role "
+            f"(playbooks/service.yml), which renders the unit for the live venv and proves it ready.")
+        sys.exit(EXIT_WRONG_VENV)
     module, args = sys.argv[1], sys.argv[2:]
     if KEY_ENV in os.environ:
         _scrub_environ_block(KEY_ENV)
