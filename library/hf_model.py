@@ -18,6 +18,11 @@ description:
     moved into place; a mismatch deletes it and fetches it again (bounded by I(hash_retries)).
   - A byte-progress watchdog kills a transfer that made no progress for I(stall_timeout) seconds and retries it
     with exponential backoff (at most I(retries) times per file).
+  - A server (or a proxy or cache in front of it) that answers a ranged request with 200 and the whole file, now and
+    then or always, is used anyway, in bounded memory - the slice needed is cut out of the body, or the body fills
+    every missing byte of the file, whichever reads fewer bytes; a server that never honours Range costs one stream
+    per file - but only when the 200's Content-Length is the tree's size (else it is refused as a size lie). The
+    sha256 check still decides; RV(range_ignored) counts such answers.
   - Progress is written to C(<dest>/.hf_model/progress.json) about once a second (see hf_model_progress).
   - A dataset repository (I(repo_type=dataset), e.g. a ShareGPT-format JSON file for the benchmark) gets exactly
     the same treatment; it is read from the Hub's C(/api/datasets/) and C(/datasets/<repo_id>/resolve/) routes.
@@ -126,7 +131,14 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reports the files and bytes that would be fetched and whether the free space suffices; changes nothing.
+    details:
+      - Reads the Hub (revision and tree) and the directory (manifest, sizes, partial files); writes nothing.
+      - C(changed) is true when a real run would change something - a file to fetch, a file present but not vouched
+        for by the manifest (hashed, then adopted or replaced), a manifest of another commit or repository type -
+        and C(msg) says what, for example C(check mode - would fetch 3 files, 1.2 GiB of Kimi-K2.6 from <endpoint>).
+        C(changed) is false when every file is present and vouched for.
+      - With I(verify=full) a real run rehashes every file; files the manifest vouches for count as a change only
+        when their bytes are bad, which check mode cannot see without reading them (RV(files_to_rehash)).
 author:
   - sglang-deploy
 """
@@ -154,6 +166,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+msg:
+  description:
+    - One line. In check mode, what a real run would do (C(check mode), then C(would fetch 3 files, 1.2 GiB of
+      Kimi-K2.6 from <endpoint>)), or that nothing is to be fetched. After a run, what it fetched and adopted, and
+      how often the server ignored Range.
+  type: str
+  returned: success
+would_change:
+  description: A real run would change something (files to fetch or adopt, a stale manifest); C(changed) in check mode.
+  type: bool
+  returned: always
 repo_type:
   description: Kind of repository fetched (model or dataset; recorded in the manifest as C(repo_type)).
   type: str
@@ -182,6 +205,19 @@ would_fetch:
   description: Paths of those files (first 200).
   type: list
   returned: always
+files_to_adopt:
+  description: Files present with the right size that the manifest does not vouch for (hashed, then adopted or
+    replaced).
+  type: int
+  returned: always
+bytes_to_adopt:
+  description: Their total size.
+  type: int
+  returned: always
+files_to_rehash:
+  description: Files the manifest vouches for that I(verify=full) rehashes (a change only if one is bad).
+  type: int
+  returned: always
 free_bytes:
   description: Free bytes on the filesystem of dest.
   type: int
@@ -196,6 +232,21 @@ bytes_fetched:
   returned: when fetching
 bytes_resumed:
   description: Bytes of partial files kept from an interrupted run.
+  type: int
+  returned: when fetching
+range_ignored:
+  description:
+    - Answers to ranged requests that were a 200 with the whole file (the server, or a proxy or cache on the way,
+      ignored Range). They were used within bounded memory and the files were sha256-checked; a count above 0 is
+      evidence for the operator (a proxy in the path?), not a failure.
+  type: int
+  returned: when fetching
+range_ignored_files:
+  description: Files for which that happened (first 50).
+  type: list
+  returned: when fetching
+whole_body_streams:
+  description: Files (attempts) filled from such a whole-file answer by one stream instead of parallel ranges.
   type: int
   returned: when fetching
 manifest:

@@ -22,10 +22,27 @@ around it, not inside it:
   for the same file: a chunk already on disk is answered 206 with an empty body (hf_transfer writes nothing), a
   chunk with a hole is forwarded upstream as an absolute Range request, checked (206, exact Content-Range, the
   tree's total, full length) and streamed through. So a rerun re-fetches only chunks with holes.
-* Watchdog: no byte progress (the lane's /proc/<pid>/io rchar, or the window's byte counter) for `stall_timeout`
-  seconds kills the lane (SIGKILL) and retries that file in fill mode after exponential backoff (Retry-After for
-  429), at most `retries` times; then the run fails naming the file, the bytes done and the last error. ENOSPC and
-  size lies fail at once (ENOSPC keeps the partial file for a later resume).
+* A server that ignores Range (a proxy or cache answering a ranged GET with 200 and the whole body), sometimes or
+  always. A 200 is usable only when its Content-Length is the tree's size (anything else is a size lie: fatal).
+  hf_transfer must never see such an answer (it buffers a whole answer in memory, then writes it at the chunk's
+  offset), so the answer is taken in our code, in bounded memory (1 MiB buffers, aligned 1 MiB writes):
+  - probe answered 200: that very body is streamed into the file's holes (mode "stream", one connection, in a
+    thread of this process); a file whose server ignored Range is probed again before each later attempt.
+  - fill window answered 200 for a hole: either the needed slice is cut out of the body (the bytes before it are
+    read and dropped, the rest is never read), or the whole body fills every hole of the file while the lane is
+    retired (a takeover), whichever reads fewer bytes counting the other holes at their own size (ties: the whole
+    body); after WHOLE_AFTER_IGNORED ignored Ranges on one attempt, always the whole body.
+  - once any answer ignored Range, no file goes direct again in this run (every answer then passes our checks).
+    A direct hf_transfer is also watched: its file growing past the tree's size (a whole body written at a chunk
+    offset: the file is discarded) or its resident memory above LANE_RSS_BASE + 3 x connections x chunk (a whole
+    body being buffered) kills it, and the file continues through the window.
+  So a server that ignores Range on every request still completes, one stream per file. The count of answers
+  that ignored Range is reported (stats range_ignored, range_ignored_files).
+* Watchdog: no byte progress (the allocated bytes of the file for a direct transfer, the window's or the stream's
+  byte counter otherwise) for `stall_timeout` seconds kills the lane (SIGKILL; a stream is aborted by shutting its
+  socket) and retries that file in fill mode after exponential backoff (Retry-After for 429), at most `retries`
+  times; then the run fails naming the file, the bytes done and the last error. ENOSPC and size lies fail at once
+  (ENOSPC keeps the partial file for a later resume).
 * Verification: a file is moved into place only when its hash matches (sha256 for LFS, git blob sha1 otherwise);
   hashing runs in a thread while lanes fetch the next files. A mismatch deletes the file and fetches it again, at
   most `hash_retries` times, then fails with both hashes.
@@ -59,6 +76,15 @@ except ImportError:
 
 MiB = 1 << 20
 STATE_DIR = ".hf_model"
+# Whole-body answers (a server that ignored Range) are read and written in aligned blocks of this size, so that an
+# interruption never leaves a partly written block that the sparse map would count as data.
+STREAM_BLOCK = MiB
+# After this many answers that ignored Range during one attempt at a file, the window stops cutting slices and lets
+# the next whole body fill the file.
+WHOLE_AFTER_IGNORED = 3
+# Resident memory a direct hf_transfer lane may hold besides its chunk buffers (3 x connections x chunk: chunks being
+# received, their copy on completion, chunks queued for writing) before it is taken for buffering a whole body.
+LANE_RSS_BASE = 256 * MiB
 
 LANE_CODE = r"""
 import ctypes, json, sys
@@ -103,6 +129,11 @@ class UpstreamError(Exception):
         self.retry_after = retry_after
 
 
+class TakenOver(Exception):
+    """A window request whose file is now filled by a whole-body stream: hf_transfer gets no answer (its lane is
+    being retired)."""
+
+
 def part_id(path):
     return hashlib.sha256(path.encode("utf-8")).hexdigest()[:20]
 
@@ -143,6 +174,15 @@ def has_hole(fd, start, end):
         if err.errno == errno.ENXIO:
             return True
         raise
+
+
+def rss_bytes(pid):
+    """Resident memory of a process (0 when unknown)."""
+    try:
+        with open("/proc/%d/statm" % pid) as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def data_bytes(fd, size):
@@ -302,7 +342,7 @@ class Job:
     def __init__(self, jid, ftask, mode):
         self.id = jid
         self.ftask = ftask
-        self.mode = mode  # "direct" | "fill"
+        self.mode = mode  # "direct" | "fill" | "stream" (a whole-body answer written by our own code)
         self.length = ftask.remote.size
         self.received = 0  # bytes from upstream through the window
         self.skipped = 0  # bytes answered from disk (already written)
@@ -313,6 +353,10 @@ class Job:
         self.retry_after = None
         self.aborted = False
         self.probed = False
+        self.range_ignored = 0  # answers to this job's ranged requests that were a whole body (200)
+        self.overrun = False  # a direct hf_transfer wrote past the tree's size: the partial file is discarded
+        self.stall_noted = False
+        self.retired = threading.Event()  # set once the job's hf_transfer is gone (taken over, or the job ended)
         self.socks = set()
         self.lane = None
         self.fd = None
@@ -344,11 +388,14 @@ class _QuietServer(ThreadingHTTPServer):
 class Window:
     """Loopback HTTP server standing for files being resumed (paths carry a random secret, so other local users
     cannot fetch through it). A chunk already on disk is answered with an empty 206; a chunk with a hole is
-    forwarded upstream and checked."""
+    forwarded upstream and checked. A whole-body answer (Range ignored) is cut to the slice asked for, or fills the
+    whole file (see the module docstring); notify(kind, job, info) tells the fetcher: "range_ignored",
+    "takeover" (retire the job's lane: the body now fills the file), "stream_end" (info: None or the error)."""
 
-    def __init__(self, upstream, stall_timeout):
+    def __init__(self, upstream, stall_timeout, notify=None):
         self.upstream = upstream
         self.stall_timeout = stall_timeout
+        self.notify = notify or (lambda kind, job, info: None)
         self.secret = secrets.token_hex(16)
         self.jobs = {}
         self.lock = threading.Lock()
@@ -399,6 +446,9 @@ class Window:
         if len(parts) == 2 and secrets.compare_digest(parts[0], self.secret) and parts[1].isdigit():
             with self.lock:
                 job = self.jobs.get(int(parts[1]))
+        if job is not None and job.mode == "stream" and not job.aborted:
+            self._hold(h, job)
+            return
         if job is None or job.aborted:
             self._reply(h, 404)
             h.close_connection = True
@@ -431,7 +481,12 @@ class Window:
             return
         try:
             self._forward(h, job, a, b)
+        except TakenOver:
+            self._hold(h, job)  # no answer: hf_transfer's lane is retired, the stream reports for the job
         except UpstreamError as err:
+            if job.mode == "stream":
+                self._hold(h, job)  # a request still in flight when the job was taken over: moot
+                return
             job.error = str(err)
             job.fatal = job.fatal or err.fatal
             if err.retry_after is not None:
@@ -442,11 +497,22 @@ class Window:
             except OSError:
                 pass
         except (OSError, http.client.HTTPException) as err:
+            if job.mode == "stream":
+                self._hold(h, job)
+                return
             if job.error is None:
                 job.error = "%s at %s offset %d: %s" % (
                     "stalled (no bytes for %ss)" % self.stall_timeout if isinstance(err, socket.timeout)
                     else "connection error", job.ftask.remote.path, a, err)
             h.close_connection = True
+
+    def _hold(self, h, job):
+        """A request for a job that a whole-body stream took over: answer nothing until hf_transfer is killed (an
+        error answer would make it delete the file it is writing, the one the stream fills), then hang up."""
+        deadline = time.monotonic() + 120
+        while not job.retired.wait(0.5) and not job.aborted and time.monotonic() < deadline:
+            pass
+        h.close_connection = True
 
     def _forward(self, h, job, a, b):
         """Answer chunk [a, b]: written regions are read back from the partial file, only the holes are fetched
@@ -477,16 +543,38 @@ class Window:
         key, conn, resp = self.upstream.request("GET", url, {"Range": "bytes=%d-%d" % (start, end)}, auth=auth)
         ok = False
         try:
-            check_range_answer(resp, ft, start, end)
+            ranged = check_range_answer(resp, ft, start, end)
             n = end - start + 1
             sock = _resp_sock(resp)
             with job.lock:
                 if sock is not None:
                     job.socks.add(sock)
+            buf = bytearray(STREAM_BLOCK)
+            view = memoryview(buf)
+            if not ranged:
+                # a whole body (Content-Length checked): fill the file from it, or cut the slice out of it
+                self.notify("range_ignored", job, (start, end))
+                if self._claim_whole(job, start, end):
+                    self.notify("takeover", job, None)
+                    err = None
+                    try:
+                        stream_whole_body(job, resp)
+                    except Exception as e:  # pylint: disable=broad-except
+                        err = e
+                    self.notify("stream_end", job, err)
+                    raise TakenOver()
+                skip = start
+                while skip > 0:
+                    if job.aborted:
+                        raise UpstreamError("aborted")
+                    got = resp.readinto(view[:min(len(buf), skip)])
+                    if not got:
+                        raise UpstreamError("%s: whole-body answer (Range ignored) ended at %d, before the %d-%d "
+                                            "wanted (truncated)" % (ft.remote.path, start - skip, start, end))
+                    skip -= got
+                    job.touch(got)
             if first:
                 self._reply(h, 206, b - a + 1, {"Content-Range": "bytes %d-%d/%d" % (a, b, job.length)})
-            buf = bytearray(1 << 20)
-            view = memoryview(buf)
             left = n
             while left > 0:
                 if job.aborted:
@@ -498,7 +586,7 @@ class Window:
                 h.wfile.write(view[:got])
                 left -= got
                 job.touch(got)
-            ok = True
+            ok = ranged  # the rest of a whole body is never read: that connection cannot be reused
         finally:
             with job.lock:
                 job.socks.discard(_resp_sock(resp))
@@ -506,6 +594,93 @@ class Window:
                 self.upstream.release(key, conn, resp)
             else:
                 conn.close()
+
+    @staticmethod
+    def _claim_whole(job, start, end):
+        """A whole body answered the forwarded request for hole [start, end]: does it fill the file (True: the job
+        becomes a stream, its lane is retired) or is the slice cut out of it (False)? Raises TakenOver when another
+        request already took the job over."""
+        with job.lock:
+            if job.mode == "stream":
+                raise TakenOver()
+            job.range_ignored += 1
+            whole = job.range_ignored >= WHOLE_AFTER_IGNORED or prefer_whole_body(
+                job.fd, job.length, start, end)
+            if whole:
+                job.mode = "stream"
+            return whole
+
+
+def holes(fd, size):
+    """[(start, end)] (inclusive) of every hole in [0, size) (beyond EOF counts as a hole)."""
+    if size <= 0:
+        return []
+    return [(s, e) for s, e, hole in hole_map(fd, 0, size - 1) if hole]
+
+
+def prefer_whole_body(fd, size, start, end):
+    """A whole body answered the ranged request for hole [start, end]: read it up to the file's last hole and fill
+    every hole from it (True), or cut out [start, end] and fetch the other holes by Range (False)? Fewer bytes read
+    wins; a tie goes to the whole body (this server just showed that it ignores Range)."""
+    gaps = holes(fd, size)
+    if not gaps:
+        return False
+    missing = sum(e - s + 1 for s, e in gaps)
+    others = max(0, missing - (end - start + 1))
+    return gaps[-1][1] + 1 <= end + 1 + others
+
+
+def _open_part(ft, flags):
+    """The partial file, or its hardlink when a dying hf_transfer has just deleted it (same inode)."""
+    try:
+        return os.open(ft.data, flags)
+    except FileNotFoundError:
+        return os.open(ft.keep, flags)
+
+
+def _write_all(fd, view, offset):
+    while len(view):
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+def stream_whole_body(job, resp):
+    """Write a whole-body answer (200, Content-Length already checked to be the tree's size) into every hole of the
+    job's file, reading in aligned STREAM_BLOCK blocks (only blocks that have a hole are written) and stopping after
+    the last hole. Progress goes to job.touch (the watchdog); job.abort() (the socket is shut) ends it."""
+    ft = job.ftask
+    size = ft.remote.size
+    rfd = _open_part(ft, os.O_RDONLY)
+    try:
+        wfd = _open_part(ft, os.O_WRONLY)
+    except OSError:
+        os.close(rfd)
+        raise
+    try:
+        gaps = holes(rfd, size)
+        stop = gaps[-1][1] + 1 if gaps else 0
+        buf = bytearray(STREAM_BLOCK)
+        view = memoryview(buf)
+        pos = 0
+        while pos < stop:
+            want = min(STREAM_BLOCK, size - pos)
+            have = 0
+            while have < want:
+                if job.aborted:
+                    raise UpstreamError("aborted")
+                got = resp.readinto(view[have:want])
+                if not got:
+                    raise UpstreamError("%s: whole-body answer (Range ignored) closed after %d of %d bytes (truncated)"
+                                        % (ft.remote.path, pos + have, size))
+                have += got
+                job.touch(got)
+            if has_hole(rfd, pos, pos + want - 1):
+                _write_all(wfd, view[:want], pos)
+            pos += want
+    finally:
+        os.close(wfd)
+        os.close(rfd)
 
 
 def hole_map(fd, a, b):
@@ -530,7 +705,9 @@ def hole_map(fd, a, b):
 
 
 def check_range_answer(resp, ft, a, b):
-    """Raise UpstreamError unless resp is a 206 for exactly bytes a-b of a file of the tree's size."""
+    """True for a 206 for exactly bytes a-b of a file of the tree's size; False for a 200 carrying the whole file
+    (the server ignored Range) whose Content-Length is the tree's size; UpstreamError otherwise (fatal for a size
+    lie, including a 200 of another length)."""
     path = ft.remote.path
     if resp.status == 429 or resp.status >= 500:
         raise UpstreamError("HTTP %d for %s bytes %d-%d" % (resp.status, path, a, b),
@@ -539,7 +716,16 @@ def check_range_answer(resp, ft, a, b):
         ft.data_url_stale = True  # a signed URL expired? locate again on retry
         raise UpstreamError("HTTP %d for %s" % (resp.status, path))
     if resp.status == 200:
-        raise UpstreamError("server ignored Range (200 instead of 206) for %s bytes %d-%d" % (path, a, b))
+        cl = resp.getheader("Content-Length")
+        if cl is None or not cl.strip().isdigit():
+            raise UpstreamError("server ignored Range (200 instead of 206) for %s bytes %d-%d and sent no "
+                                "Content-Length: the whole body cannot be checked against the tree's %d bytes"
+                                % (path, a, b, ft.remote.size))
+        if int(cl) != ft.remote.size:
+            raise UpstreamError("size lie: server ignored Range (200 instead of 206) for %s bytes %d-%d with "
+                                "Content-Length %s, the tree says %d bytes; refused" % (path, a, b, cl.strip(),
+                                                                                      ft.remote.size), fatal=True)
+        return False
     if resp.status != 206:
         raise UpstreamError("HTTP %d for %s" % (resp.status, path), fatal=resp.status in (404, 410))
     cr = resp.getheader("Content-Range") or ""
@@ -552,6 +738,7 @@ def check_range_answer(resp, ft, a, b):
     cl = resp.getheader("Content-Length")
     if cl is not None and cl != str(b - a + 1):
         raise UpstreamError("%s: Content-Length %s for a %d-byte range (truncated answer)" % (path, cl, b - a + 1))
+    return True
 
 
 def _resp_sock(resp):
@@ -620,6 +807,7 @@ class FileTask:
         self.data_url = None
         self.data_url_stale = False
         self.hash_failures = 0
+        self.range_ignored = 0  # answers for this file that ignored Range (it is probed again before each attempt)
         self.last_error = None
         self.hash_lock = threading.Lock()
         self.hasher = None
@@ -789,8 +977,13 @@ class Fetcher:
         self.events = []
         self.events_lock = threading.Lock()
         self.place_lock = threading.Lock()
+        self.stats_lock = threading.Lock()
+        self.closed = False
+        self.stream_threads = []
+        self.direct_ok = True  # False once any answer ignored Range: every later answer passes our checks
         self.stats = {"files": 0, "attempts": 0, "failures": 0, "stalls": 0, "hash_mismatches": 0,
-                      "bytes_fetched": 0, "bytes_resumed": 0, "errors": [], "sparse": True}
+                      "bytes_fetched": 0, "bytes_resumed": 0, "errors": [], "sparse": True,
+                      "range_ignored": 0, "range_ignored_files": [], "streams": 0}
 
     def url_for(self, remote):
         return file_url(self.endpoint, self.repo_id, self.sha, remote.path, self.repo_type)
@@ -806,8 +999,10 @@ class Fetcher:
             tasks.append(t)
         self.sparse_ok = sparse_ok
         upstream = Upstream(self.token, timeout=self.stall_timeout)
-        window = Window(upstream, self.stall_timeout)
+        window = Window(upstream, self.stall_timeout, notify=self._window_event)
         self.wake_r, self.wake_w = os.pipe()
+        self.closed = False
+        self.stream_threads = []
         self.queue = []
         self.queue_cv = threading.Condition()
         # one verifier per lane: files finishing together are fsynced and hashed in parallel, not queued
@@ -835,8 +1030,12 @@ class Fetcher:
                 self.queue_cv.notify_all()
             for hasher in hashers:
                 hasher.join(timeout=3600)
+            for thread in self.stream_threads:
+                thread.join(timeout=30)  # aborted above: their sockets are shut
             window.close()
             upstream.close()
+            with self.events_lock:
+                self.closed = True
             os.close(self.wake_r)
             os.close(self.wake_w)
             self._report(tasks, lanes, final=True)
@@ -848,6 +1047,7 @@ class Fetcher:
         for lane in lanes:
             sel.register(lane.proc.stdout, selectors.EVENT_READ, lane)
         sel.register(self.wake_r, selectors.EVENT_READ, None)
+        self._ctx = (sel, lanes, window)  # for events that retire a lane or end a job (_drain_events)
         for t in tasks:
             if t.complete_on_disk():  # every byte arrived before an interruption (or a 0-byte file)
                 self._to_hash(t)
@@ -885,8 +1085,22 @@ class Fetcher:
                         job.received += max(0, alloc - job.alloc)
                         job.alloc = alloc
                         job.last_progress = now
+                    why = self._direct_guard(lane, job)
+                    if why:
+                        job.error = why
+                        self._lane_died(lane, sel, lanes, window, why)
+                        continue
                 with job.lock:
                     idle = now - job.last_progress
+                if idle > self.stall_timeout and job.mode == "stream":
+                    # our own stream (no lane process to kill): shut its socket; it ends and reports stream_end
+                    if not job.stall_noted:
+                        job.stall_noted = True
+                        self.stats["stalls"] += 1
+                        job.error = job.error or "stalled: no byte progress for %.0fs on %s (whole-body stream)" % (
+                            idle, job.ftask.remote.path)
+                        job.abort()
+                    continue
                 if idle > self.stall_timeout:
                     self.stats["stalls"] += 1
                     job.error = job.error or "stalled: no byte progress for %.0fs on %s (%s mode)" % (
@@ -901,11 +1115,13 @@ class Fetcher:
         for t in tasks:
             if t.state != "pending" or t.not_before > now:
                 continue
+            whole = None
             try:
-                if t.data_url is None or t.data_url_stale:
-                    t.data_url = upstream.locate(self.url_for(t.remote), t.remote.size)
-                    t.data_url_stale = False
-                    probe(upstream, t)
+                if t.data_url is None or t.data_url_stale or t.range_ignored:
+                    if t.data_url is None or t.data_url_stale:
+                        t.data_url = upstream.locate(self.url_for(t.remote), t.remote.size)
+                        t.data_url_stale = False
+                    whole = probe(upstream, t)  # again before every attempt at a file whose server ignored Range
             except UpstreamError as err:
                 self._fail(t, str(err), err.fatal, err.retry_after)
                 return True
@@ -914,13 +1130,33 @@ class Fetcher:
                 self._fail(t, "locate %s: %s" % (t.remote.path, err), False, None)
                 return True
             resume = t.on_disk() > 0
-            mode = "fill" if (resume or not self.direct) else "direct"
-            t.prepare()
+            if whole is not None:
+                self._note_range_ignored(t)
+                mode = "stream"
+            elif resume or not self.direct or not self.direct_ok:
+                mode = "fill"
+            else:
+                mode = "direct"
+            try:
+                t.prepare()
+            except BaseException:
+                if whole is not None:
+                    whole[0].close()
+                raise
             self.next_id += 1
             job = Job(self.next_id, t, mode)
             job.last_progress = self.clock()
             t.state = "running"
             self.stats["attempts"] += 1
+            if mode == "stream":
+                # the probe's own answer is the whole file: stream it into the holes (the lane process idles)
+                self.stats["streams"] += 1
+                lane.job = job
+                job.lane = lane
+                thread = threading.Thread(target=self._run_stream, args=(job,) + whole, daemon=True)
+                self.stream_threads.append(thread)
+                thread.start()
+                return True
             spec = {"id": job.id, "file": t.data, "max_files": self.max_files,
                     "chunk_size": self.chunk_size}
             if mode == "direct":
@@ -944,6 +1180,7 @@ class Fetcher:
         return False
 
     def _close_job(self, job, window):
+        job.retired.set()
         window.remove(job)
         if job.fd is not None:
             os.close(job.fd)
@@ -951,33 +1188,152 @@ class Fetcher:
         if job.lane is not None and job.lane.job is job:
             job.lane.job = None
 
-    def _lane_died(self, lane, sel, lanes, window, why):
-        job = lane.job
+    def _replace_lane(self, lane, sel, lanes):
+        """Kill a lane's process and put a fresh one in its place (the job, if any, is the caller's business)."""
         try:
             sel.unregister(lane.proc.stdout)
         except (KeyError, ValueError):
             pass
         lane.kill()
+        fresh = Lane(self.python)
+        lanes[lanes.index(lane)] = fresh
+        sel.register(fresh.proc.stdout, selectors.EVENT_READ, fresh)
+        return fresh
+
+    def _lane_died(self, lane, sel, lanes, window, why):
+        job = lane.job
+        fresh = self._replace_lane(lane, sel, lanes)
+        if job is not None and job.mode == "stream":
+            # a taken-over job's hf_transfer went away: the stream goes on and reports for the job
+            fresh.job = job
+            job.lane = fresh
+            return
         if job is not None:
             job.abort()
             self._close_job(job, window)
             job.ftask.restore()
+            if job.overrun:
+                job.ftask.wipe()  # hf_transfer wrote a whole body at a chunk's offset: nothing here can be trusted
             self.stats["bytes_fetched"] += job.received
             self._fail(job.ftask, job.error or why, job.fatal, job.retry_after)
-        fresh = Lane(self.python)
-        lanes[lanes.index(lane)] = fresh
-        sel.register(fresh.proc.stdout, selectors.EVENT_READ, fresh)
 
-    def _finished(self, lane, msg, window):
-        job = lane.job
-        if job is None or msg.get("id") != job.id:
+    def _direct_guard(self, lane, job, memory=True):
+        """A direct hf_transfer that got a whole body for a chunk (a server ignoring Range): its file grows past the
+        tree's size once it wrote it, its memory grows while it buffers it (checked when `memory`). Returns why the
+        lane must die, or None. Either way no later file goes direct in this run."""
+        t = job.ftask
+        try:
+            length = os.stat(t.data).st_size
+        except OSError:
+            length = 0
+        if length > t.remote.size:
+            job.overrun = True
+            self._note_range_ignored(t)
+            return ("%s: the file grew to %d bytes, past the tree's %d: the server answered a ranged request with the "
+                    "whole body (Range ignored); the partial file is discarded and fetched again through checked "
+                    "requests" % (t.remote.path, length, t.remote.size))
+        if not memory:
+            return None
+        bound = LANE_RSS_BASE + 3 * self.max_files * self.chunk_size
+        rss = rss_bytes(lane.proc.pid)
+        if rss > bound:
+            self.direct_ok = False
+            return ("%s: hf_transfer held %d MiB, more than the %d MiB its chunks need: an answer larger than the "
+                    "range asked for (a server ignoring Range?); fetched again through checked requests"
+                    % (t.remote.path, rss // MiB, bound // MiB))
+        return None
+
+    def _note_range_ignored(self, t):
+        with self.stats_lock:
+            self.stats["range_ignored"] += 1
+            t.range_ignored += 1
+            files = self.stats["range_ignored_files"]
+            if t.remote.path not in files and len(files) < 50:
+                files.append(t.remote.path)
+            self.direct_ok = False
+
+    def _window_event(self, kind, job, info):
+        """Called from window threads."""
+        if kind == "range_ignored":
+            self._note_range_ignored(job.ftask)
+        else:
+            self._post((kind, job, info))
+
+    def _run_stream(self, job, conn, resp):
+        err = None
+        sock = _resp_sock(resp)
+        with job.lock:
+            if sock is not None:
+                job.socks.add(sock)
+        try:
+            stream_whole_body(job, resp)
+        except Exception as e:  # pylint: disable=broad-except
+            err = e
+        finally:
+            with job.lock:
+                job.socks.discard(sock)
+            conn.close()
+        self._post(("stream_end", job, err))
+
+    def _takeover(self, job):
+        """The window took a fill job over (a whole body now fills the file): retire its hf_transfer."""
+        sel, lanes, _window = self._ctx
+        lane = job.lane
+        if lane is None or lane.job is not job or lane not in lanes:
             return
-        if job.mode == "direct":
-            job.received += max(0, job.ftask.allocated() - job.alloc)
+        self.stats["streams"] += 1
+        fresh = self._replace_lane(lane, sel, lanes)
+        job.retired.set()  # hf_transfer is dead: the requests the window holds for it can hang up
+        fresh.job = job
+        job.lane = fresh
+        job.ftask.restore()
+
+    def _stream_ended(self, job, err):
+        _sel, _lanes, window = self._ctx
         self._close_job(job, window)
         t = job.ftask
         t.restore()
         self.stats["bytes_fetched"] += job.received
+        fatal = job.fatal
+        retry_after = job.retry_after
+        if err is None and job.error is None:
+            if t.complete_on_disk():
+                self._to_hash(t)
+                return
+            msg = "%s: the whole-body stream ended with holes left" % t.remote.path
+        else:
+            if isinstance(err, socket.timeout) and not job.stall_noted:
+                job.stall_noted = True  # the socket's read timeout (= stall_timeout) beat the watchdog to it
+                self.stats["stalls"] += 1
+                job.error = job.error or "stalled: no byte progress for %.0fs on %s (whole-body stream)" % (
+                    self.stall_timeout, t.remote.path)
+            if isinstance(err, UpstreamError):
+                fatal = fatal or err.fatal
+                retry_after = err.retry_after if err.retry_after is not None else retry_after
+            elif isinstance(err, OSError) and err.errno == errno.ENOSPC:
+                fatal = True
+            msg = job.error or "%s: whole-body stream: %s" % (t.remote.path, err)
+            if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+                msg = "No space left on device writing %s: %s" % (t.remote.path, err)
+        self._fail(t, msg, fatal, retry_after)
+
+    def _finished(self, lane, msg, window):
+        job = lane.job
+        if job is None or msg.get("id") != job.id or job.mode == "stream":
+            return  # (a taken-over job's hf_transfer result is moot: the stream reports)
+        if job.mode == "direct":
+            job.received += max(0, job.ftask.allocated() - job.alloc)
+            why = self._direct_guard(lane, job, memory=False)
+            if why:
+                job.error = why
+        self._close_job(job, window)
+        t = job.ftask
+        t.restore()
+        self.stats["bytes_fetched"] += job.received
+        if job.overrun:
+            t.wipe()  # hf_transfer wrote a whole body at a chunk's offset: nothing here can be trusted
+            self._fail(t, job.error, False, None)
+            return
         if msg.get("ok") and job.error is None:
             if t.complete_on_disk():
                 self._to_hash(t)
@@ -1022,11 +1378,13 @@ class Fetcher:
 
     def _post(self, event):
         with self.events_lock:
+            if self.closed:  # a stream thread ending after the run: the wake pipe is gone (its fd may be reused)
+                return
             self.events.append(event)
-        try:
-            os.write(self.wake_w, b"x")
-        except OSError:
-            pass
+            try:
+                os.write(self.wake_w, b"x")
+            except OSError:
+                pass
 
     def _follow(self, tasks):
         """Hash files while they arrive and keep their written bytes moving to disk, so that what is left to do
@@ -1096,7 +1454,11 @@ class Fetcher:
         with self.events_lock:
             events, self.events = self.events, []
         for kind, t, info in events:
-            if kind == "done":
+            if kind == "takeover":
+                self._takeover(t)  # t is the Job here
+            elif kind == "stream_end":
+                self._stream_ended(t, info)
+            elif kind == "done":
                 t.state = "complete"
                 self.stats["files"] += 1
             elif kind == "error":
@@ -1125,22 +1487,25 @@ class Fetcher:
 
 
 def probe(upstream, t):
-    """Before handing a URL to hf_transfer: one ranged GET must come back 206 with the tree's total size (a server
-    that ignores Range would make every hf_transfer chunk a whole-file download; a size lie is refused)."""
+    """Before handing a URL to hf_transfer: one ranged GET (bytes=0-0) must come back 206 with the tree's total size
+    (a size lie is refused). Returns None then. A server that ignored Range answered 200 with the whole file: when
+    its Content-Length is the tree's size, (conn, resp) of that answer is returned, unread, for the caller to
+    stream into the file (hf_transfer must never get such a URL: it buffers every answer whole)."""
     if t.remote.size == 0:
-        return
+        return None
     url, auth = t.data_url
-    b = min(t.remote.size - 1, 0)
-    key, conn, resp = upstream.request("GET", url, {"Range": "bytes=0-%d" % b}, auth=auth)
+    key, conn, resp = upstream.request("GET", url, {"Range": "bytes=0-0"}, auth=auth)
     try:
-        body = resp.read(1 << 16)
-        check_range_answer(resp, t, 0, b)
-        if len(body) != b + 1:
-            raise UpstreamError("%s: probe got %d bytes, expected %d" % (t.remote.path, len(body), b + 1))
+        if not check_range_answer(resp, t, 0, 0):
+            return conn, resp
+        body = resp.read(2)
+        if len(body) != 1:
+            raise UpstreamError("%s: probe got %d bytes, expected 1" % (t.remote.path, len(body)))
     except BaseException:
         conn.close()
         raise
     upstream.release(key, conn, resp)
+    return None
 
 
 def kill_pid(pid, grace=10.0):

@@ -2,7 +2,8 @@
 """Progress file of a model download (<dir>/.hf_model/progress.json) and its one-line summary.
 
 The worker rewrites it about once a second: state (running|done|failed), pid, bytes done/total, rate, ETA, the
-files in flight, counters and the last error. The play polls it (library/hf_model_progress.py), so a long run
+files in flight, counters (stalls, transfer_failures, range_ignored: answers of the server that ignored Range) and
+the last error. The play polls it (library/hf_model_progress.py), so a long run
 shows percent, rate and ETA per model, and a dead worker is noticed by its pid, not by a directory size.
 """
 from __future__ import absolute_import, division, print_function
@@ -50,7 +51,8 @@ def human_eta(seconds):
 
 
 def summary(p):
-    """One line: '<name> <state> 41.2% 2.3 GiB/5.6 GiB 180.1 MiB/s ETA 0:00:19'."""
+    """One line: '<name> <state> 41.2% 2.3 GiB/5.6 GiB 180.1 MiB/s ETA 0:00:19' (+ ' server ignored Range 3x'
+    when it did)."""
     if not p:
         return "no progress yet"
     total = p.get("bytes_total") or 0
@@ -59,6 +61,8 @@ def summary(p):
     line = "%s %s %.1f%% %s/%s %s/s ETA %s" % (p.get("name", "?"), p.get("state", "?"), pct, human_bytes(done),
                                                 human_bytes(total), human_bytes(p.get("rate") or 0),
                                                 human_eta(p.get("eta")))
+    if p.get("range_ignored"):
+        line += " server ignored Range %dx" % p["range_ignored"]
     if p.get("state") == "failed" and p.get("error"):
         line += " error: %s" % p["error"]
     return line

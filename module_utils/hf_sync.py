@@ -8,7 +8,15 @@ written, and the manifest records the type.
 Order: validate -> resolve the revision to a sha -> list and validate the tree -> lock the directory (taking
 over from a stale worker) -> plan (manifest says verified + size/mtime unchanged = skip) -> free-space preflight
 -> verify files present but not vouched for -> fetch the rest (module_utils/hf_fetch.py) -> manifest.
-Check mode stops after the plan and reports the files and bytes that would be fetched.
+
+Check mode stops after the plan (the Hub is only read: revision and tree; the directory is only read: manifest,
+sizes, partial files) and reports what a real run would do: `changed` (= `would_change`) is true when a file would
+be fetched, a file present but not vouched for by the manifest would be hashed and adopted (or replaced), or the
+manifest names another commit or repository type; `msg` says it in one line ("check mode: would fetch 3 files,
+1.2 GiB of Kimi-K2.6 from https://huggingface.co"). verify=full rehashes every file in a real run, but a file the
+manifest vouches for only changes when its bytes turned out bad, which check mode cannot know without reading them:
+such files are counted (files_to_rehash), not reported as a change. A real run reports changed for the same things
+(a full verification that finds every file good is no change).
 """
 from __future__ import absolute_import, division, print_function
 
@@ -34,6 +42,7 @@ except ImportError:
     from module_utils import hf_progress
 
 MiB = 1 << 20
+GiB = 1 << 30
 DEFAULTS = {
     "revision": "main", "allow_patterns": [], "ignore_patterns": [], "verify": "quick", "fetch": True,
     "token": None, "lanes": 2, "connections": 6, "chunk_size_mb": 8, "inner_retries": 3,
@@ -117,6 +126,38 @@ def plan(files, dest, manifest, verify):
     return ok, to_hash, to_fetch
 
 
+def human_size(n):
+    """'1.2 GiB', '340.0 MiB', '512 bytes' (for result messages)."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
+        if n >= size:
+            return "%.1f %s" % (n / float(size), unit)
+    return "%d bytes" % n
+
+
+def _files(n):
+    return "%d file%s" % (n, "" if n == 1 else "s")
+
+
+def plan_message(name, endpoint, to_fetch, to_adopt, stale_manifest, to_rehash=0):
+    """One line for a check-mode result: what a real run would change, e.g. "check mode: would fetch 3 files,
+    1.2 GiB of Kimi-K2.6 from https://huggingface.co"."""
+    parts = []
+    if to_fetch:
+        parts.append("fetch %s, %s" % (_files(len(to_fetch)), human_size(sum(f.size for f in to_fetch))))
+    if to_adopt:
+        parts.append("hash and adopt %s present but not vouched for by the manifest (%s)"
+                     % (_files(len(to_adopt)), human_size(sum(f.size for f in to_adopt))))
+    if stale_manifest and not parts:  # (a fetch records it anyway)
+        parts.append("record the commit in the manifest")
+    if parts:
+        return "check mode: would %s of %s from %s" % ("; ".join(parts), name, endpoint)
+    line = "check mode: nothing to fetch for %s from %s: every file is present and vouched for by the manifest" % (
+        name, endpoint)
+    if to_rehash:
+        line += " (verify=full would rehash %s; a bad one would be fetched again)" % _files(to_rehash)
+    return line
+
+
 def journaled_bytes(dest, files):
     """Bytes of `files` already written under .hf_model/parts (resume credit for the space check)."""
     parts = os.path.join(dest, STATE_DIR, "parts")
@@ -147,6 +188,11 @@ def sync(params, check_mode=False, python=None):
     ok, to_hash, to_fetch = plan(files, dest, manifest, p["verify"])
     # the manifest names another commit or repo type: saving it is a change even when no byte moves
     stale_manifest = manifest.revision != sha or manifest.repo_type != repo_type
+    # files to hash that the manifest does not vouch for are adopted (a change); the rest (verify=full) change
+    # only if their bytes turn out bad
+    to_adopt = [f for f in to_hash if not manifest.is_current(f, os.path.join(dest, f.path))]
+    vouched_before = set(f.path for f in to_hash) - set(f.path for f in to_adopt)
+    would_change = bool(to_fetch) or bool(to_adopt) or stale_manifest
     result = {
         "changed": False, "repo_id": repo_id, "repo_type": repo_type, "revision": p["revision"], "sha": sha,
         "dest": dest,
@@ -154,6 +200,9 @@ def sync(params, check_mode=False, python=None):
         "files_to_hash": len(to_hash), "files_to_fetch": len(to_fetch),
         "bytes_to_fetch": sum(f.size for f in to_fetch),
         "would_fetch": [f.path for f in to_fetch][:200],
+        "files_to_adopt": len(to_adopt), "bytes_to_adopt": sum(f.size for f in to_adopt),
+        "files_to_rehash": len(vouched_before), "would_change": would_change,
+        "endpoint": p["endpoint"], "name": name,
         "manifest": manifest.path,
     }
     already = journaled_bytes(dest, to_fetch) if os.path.isdir(state_dir) else 0
@@ -161,8 +210,9 @@ def sync(params, check_mode=False, python=None):
     free = free_bytes(dest)
     result.update(free_bytes=free, bytes_needed=need, bytes_journaled=already)
     if check_mode:
-        result["changed"] = bool(to_fetch) or stale_manifest
+        result["changed"] = would_change
         result["space_ok"] = free >= need
+        result["msg"] = plan_message(name, p["endpoint"], to_fetch, to_adopt, stale_manifest, len(vouched_before))
         return result
     if free < need:
         raise SyncError("not enough space in %s: %d bytes free, %d needed (%d to fetch - %d already "
@@ -194,6 +244,7 @@ def sync(params, check_mode=False, python=None):
         prog.update(bytes_done=now_done, rate=rate, in_flight=in_flight[:8], updated=time.time(),
                     eta=(total - now_done) / rate if rate > 0 else None,
                     stalls=stats.get("stalls", 0), transfer_failures=stats.get("failures", 0),
+                    range_ignored=stats.get("range_ignored", 0),
                     last_error=(stats.get("errors") or [None])[-1])
         hf_progress.write(progress_path, prog)
 
@@ -245,15 +296,28 @@ def sync(params, check_mode=False, python=None):
         manifest.revision = sha
         manifest.save()
         _prune_parts(state_dir, files, dest)
-        result.update(changed=bool(fetched) or bool(verified) or changed_rev, files_fetched=len(fetched),
-                      files_adopted=len(verified), files_rehashed_bad=refetched_after_hash,
+        adopted = [x for x in verified if x not in vouched_before]  # rehashed good under verify=full: no change
+        result.update(changed=bool(fetched) or bool(adopted) or bool(refetched_after_hash) or changed_rev,
+                      files_fetched=len(fetched),
+                      files_adopted=len(adopted), files_rehashed_bad=refetched_after_hash,
                       bytes_fetched=stats.get("bytes_fetched", 0), bytes_resumed=stats.get("bytes_resumed", 0),
                       stalls=stats.get("stalls", 0), transfer_failures=stats.get("failures", 0),
                       hash_mismatches=stats.get("hash_mismatches", 0), took_over_pid=lock.took_over,
+                      range_ignored=stats.get("range_ignored", 0),
+                      range_ignored_files=stats.get("range_ignored_files", [])[:50],
+                      whole_body_streams=stats.get("streams", 0),
                       seconds=round(time.monotonic() - started, 3), fetched=fetched[:200])
+        result["msg"] = "%s: %s fetched (%s received), %s adopted; all %s vouched for by the manifest" % (
+            name, _files(len(fetched)), human_size(result["bytes_fetched"]), _files(len(adopted)), _files(len(files)))
+        if result["range_ignored"]:
+            result["msg"] += ("; the server ignored Range %d time%s (answered with the whole file: used, then "
+                              "sha256-checked): %s" % (result["range_ignored"],
+                                                      "" if result["range_ignored"] == 1 else "s",
+                                                      ", ".join(result["range_ignored_files"][:5])))
         if p["verify"] == "full":
             result["files_rehashed"] = len(to_hash)
-        prog.update(state="done", bytes_done=total, files_done=len(files), updated=time.time(), eta=0)
+        prog.update(state="done", bytes_done=total, files_done=len(files), updated=time.time(), eta=0,
+                    range_ignored=result["range_ignored"])
         hf_progress.write(progress_path, prog)
         return result
     except FetchError as err:

@@ -20,10 +20,16 @@ hf_transfer opens several). Paced in SEND_STEP pieces, with at most one piece of
 Fault rules (dicts) apply to byte transfers (non-LFS resolve GET and file server GET) unless "where": "api"|"any":
   kind: drop (close the socket at `offset`), stall (stop sending at `offset`, socket open, for stall_s),
         status (answer `status`, default 503), 429 (with Retry-After: retry_after), flip (xor the byte at
-        `offset`), norange (ignore Range, answer 200 with the whole file), truncate (206 whose body ends at
-        `offset` while Content-Range claims the whole requested range).
-  path / repo: fnmatch globs (default "*"); offset: absolute file offset (default: middle of the file);
-  times: triggers left (default 1, -1 = forever).
+        `offset`), truncate (206 whose body ends at `offset` while Content-Range claims the whole requested range),
+        ignore_range (what some proxies and caches do: a *ranged* GET is answered 200 with the whole file, no
+        Content-Range; unranged GETs never match. Options: `offset` (only ranged requests whose range covers that
+        absolute offset match; default: any ranged request), `size_delta` (bytes added to (or, negative, cut from)
+        the whole body and its Content-Length: another object than the tree's, e.g. a stale cached version;
+        padding is zeros; default 0)). The whole body then passes through the other rules: a drop, stall, flip or
+        truncate rule listed after it whose offset lies in the file applies to it too (a flaky link behind the
+        proxy). norange is another name for ignore_range.
+  path / repo: fnmatch globs (default "*"); offset: absolute file offset (default: middle of the file; for
+  ignore_range: none); times: triggers left (default 1, -1 = forever).
 """
 from __future__ import annotations
 
@@ -43,6 +49,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from .repos import DEFAULT_REPOS, HashCache, Repo, RepoFile, build_repo, make_block
 
 SEND_STEP = 1 << 20
+RANGE_KINDS = ("ignore_range", "norange")  # answer a ranged GET with 200 + the whole file
+BYTE_KINDS = ("drop", "stall", "flip", "truncate")  # act at an offset of the bytes sent
 
 
 class Pacer:
@@ -172,8 +180,10 @@ class TestHub:
             self.stats["ranges"].append([f"{repo_id}/{path}", start, end, sent_to])
             del self.stats["ranges"][:-5000]
 
-    def take_fault(self, where: str, repo_id: str, path: str, start: int, end: int, size: int) -> dict | None:
-        """First matching rule for a request covering [start, end] (inclusive) of a file; consumes one trigger."""
+    def take_fault(self, where: str, repo_id: str, path: str, start: int, end: int, size: int,
+                   ranged: bool = False, kinds: tuple[str, ...] | None = None) -> dict | None:
+        """First matching rule for a request covering [start, end] (inclusive) of a file (`ranged`: it carried a
+        Range header); consumes one trigger. `kinds` limits the rules considered."""
         with self.lock:
             for rule in self.faults:
                 if rule.get("times", 1) == 0:
@@ -186,10 +196,17 @@ class TestHub:
                 if not fnmatch.fnmatchcase(path, rule.get("path", "*")):
                     continue
                 kind = rule["kind"]
-                if kind in ("drop", "stall", "flip", "truncate"):
+                if kinds is not None and kind not in kinds:
+                    continue
+                if kind in BYTE_KINDS:
                     off = rule.get("offset")
                     off = size // 2 if off is None else int(off)
                     if not (start <= off <= end):
+                        continue
+                if kind in RANGE_KINDS:
+                    if not ranged:
+                        continue
+                    if rule.get("offset") is not None and not (start <= int(rule["offset"]) <= end):
                         continue
                 if rule.get("times", 1) > 0:
                     rule["times"] = rule.get("times", 1) - 1
@@ -444,15 +461,20 @@ def _make_handler(hub: TestHub, role: str):
                 if start >= size or start > end:
                     return self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head=head)
                 partial = True
-            rule = None if head else hub.take_fault("file", repo.repo_id, f.path, start, max(start, end), size)
+            rule = None if head else hub.take_fault("file", repo.repo_id, f.path, start, max(start, end), size,
+                                                    ranged=partial)
             if rule and rule["kind"] in ("429", "status"):
                 extra = {"Retry-After": str(rule.get("retry_after", 1))} if rule["kind"] == "429" else {}
                 status = 429 if rule["kind"] == "429" else int(rule.get("status", 503))
                 return self._send(status, b'{"error": "injected"}', dict(extra, **{"Content-Type": "application/json"}))
-            if rule and rule["kind"] == "norange":
+            body_end = None  # absolute end (exclusive) of a whole body that is not the file's size (size_delta)
+            if rule and rule["kind"] in RANGE_KINDS:
                 start, end, partial = 0, size - 1, False
-                rule = None
+                body_end = max(0, size + int(rule.get("size_delta", 0)))
+                rule = hub.take_fault("file", repo.repo_id, f.path, 0, max(0, size - 1), size, kinds=BYTE_KINDS)
             length = end - start + 1 if size else 0
+            if body_end is not None:
+                length = body_end
             h = dict(headers)
             cut = None  # absolute offset where the body stops early
             if partial:
@@ -470,7 +492,7 @@ def _make_handler(hub: TestHub, role: str):
             self.end_headers()
             if head or length == 0:
                 return
-            stop_at = end + 1 if cut is None else cut
+            stop_at = (end + 1 if body_end is None else body_end) if cut is None else cut
             if rule and rule["kind"] in ("drop", "stall"):
                 off = rule.get("offset")
                 stop_at = size // 2 if off is None else int(off)
@@ -487,6 +509,8 @@ def _make_handler(hub: TestHub, role: str):
                     if pacer is not None:
                         pacer.take(n, hub.stop_event)
                 data = f.content.read(pos, n)
+                if len(data) < n:  # a whole body longer than the file (size_delta > 0): zeros
+                    data = bytes(data) + b"\0" * (n - len(data))
                 if flip is not None and pos <= flip < pos + n:
                     b = bytearray(bytes(data))
                     b[flip - pos] ^= 0xFF

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -69,6 +70,45 @@ def test_check_mode_then_converge_then_noop_on_both_hosts(lab, playbook):
     again = playbook(PLAYBOOK)
     assert again.rc == 0 and again.changed_count("b300-lab") == 0 and again.changed_count("ct200-lab") == 0, \
         again.stdout[-3000:]
+
+
+CHECK_FETCH = "Fetch each model (check mode - what a real run would fetch)"
+CHECK_MSG = re.compile(r"^check mode: would fetch (\d+) files?, [0-9.]+ (?:bytes|KiB|MiB|GiB|TiB) of (\S+) from (\S+)$")
+# what a write under the models root or the tool venv would change (path, size, mtime, mode of every entry)
+HOST_STATE = ("find /srv /opt/sglang/hf-tools -xdev -printf '%p %s %T@ %m\\n' 2>/dev/null | sort | sha256sum")
+
+
+def test_check_mode_on_a_fresh_host_reports_bytes_to_fetch_then_nothing_after_a_run(lab, playbook):
+    host = "ct200-lab"
+    sh(lab, host, "rm -rf /srv/models")
+    before = sh(lab, host, HOST_STATE)
+    check = playbook(PLAYBOOK, limit=host, check=True)
+    assert check.rc == 0, check.failures()
+    fetch = check.result(CHECK_FETCH, host)
+    assert fetch["_event"] == "runner_on_ok" and fetch["changed"], fetch
+    names = set()
+    for r in fetch["results"]:
+        name = r["models_plan_item"]["models_item"]["name"]
+        names.add(name)
+        assert r["changed"] and r["would_change"], r
+        assert r["files_to_fetch"] == r["files_total"] > 0 and r["bytes_to_fetch"] == r["bytes_total"] > 0, r
+        m = CHECK_MSG.match(r["msg"])
+        assert m and int(m.group(1)) == r["files_to_fetch"] and m.group(2) == name and m.group(3) == r["endpoint"], \
+            r["msg"]
+    assert names == {"Kimi-K2.6", "Kimi-K2.6-DFlash-tmp-long"}
+    assert check.result("Create the models root", host)["changed"]
+    assert check.changed_count(host) >= 2  # the models root + the fetch (the tool venv was left in place)
+    # nothing was written on the host
+    assert sh(lab, host, HOST_STATE) == before
+    assert sh(lab, host, "test -e /srv/models && echo yes || echo no") == "no"
+
+    run = playbook(PLAYBOOK, limit=host)
+    assert run.rc == 0, run.failures()
+    again = playbook(PLAYBOOK, limit=host, check=True)
+    assert again.rc == 0, again.failures()
+    assert again.changed_count(host) == 0, again.stdout[-3000:]
+    assert all(not r["changed"] and r["files_to_fetch"] == 0 and r["msg"].startswith("check mode: nothing to fetch")
+               for r in again.result(CHECK_FETCH, host)["results"])
 
 
 def test_corrupted_weight_is_found_by_full_verify_and_refetched(lab, playbook):
