@@ -419,7 +419,8 @@ class Lab:
         """Run `command` on a lab host as root over SSH (the same way Ansible connects)."""
         state = state or self.state()
         address = state["hosts"][host]["address"]
-        cmd = ["ssh", "-i", state["ssh_key"], "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+        cmd = ["ssh", "-i", state["ssh_key"], "-o", "StrictHostKeyChecking=yes",
+               "-o", f"UserKnownHostsFile={state.get('known_hosts') or self.dir / 'known_hosts'}",
                "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", f"root@{address}", command]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
         if check and proc.returncode != 0:
@@ -469,6 +470,8 @@ class Lab:
             state["hosts"][name] = host.to_dict()
             self._save(state)
             to_boot.append(host)
+        state["known_hosts"] = str(self._write_known_hosts(state))
+        self._save(state)
         for host in to_boot:
             self._wait_ready(host, state)
         state["up_seconds"] = round(time.monotonic() - started, 2)
@@ -478,6 +481,25 @@ class Lab:
         else:
             log(f"lab {self.name}: already up ({', '.join(state['hosts'])})")
         return state
+
+    def _write_known_hosts(self, state: dict) -> Path:
+        """The lab's own known_hosts: every host's address with the public host keys made for it at creation
+        (read from its root filesystem, never from the network), so every SSH login to a lab host checks its key
+        (StrictHostKeyChecking=yes), exactly as production logins do with the operator's known_hosts."""
+        lines = []
+        for h in state["hosts"].values():
+            etc_ssh = Path(h["rootdir"]) / "etc/ssh"
+            keys = sorted(etc_ssh.glob("ssh_host_*_key.pub"))
+            if not keys:
+                raise LabError(f"{h['name']}: no host keys under {etc_ssh}")
+            for pub in keys:
+                kind, blob = pub.read_text().split()[:2]
+                lines.append(f"{h['address']} {kind} {blob}\n")
+        path = self.dir / "known_hosts"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(lines))
+        tmp.replace(path)
+        return path
 
     def _cgroup_pids(self, machine: str) -> set[int]:
         pids: set[int] = set()

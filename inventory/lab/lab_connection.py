@@ -2,7 +2,7 @@
 """Dynamic inventory part: connection variables of the running lab.
 
 Reads .lab/<LAB_NAME or "default">/state.json written by `python -m lab up` and returns, for each lab host,
-ansible_host (its bridge address), ansible_user and the lab's own SSH key. Groups come from hosts.yml.
+ansible_host (its bridge address), ansible_user, the lab's own SSH key and the lab's known_hosts (host keys checked). Groups come from hosts.yml.
 Prints an empty inventory when the lab is down, so parsing never fails and never names an outside address.
 """
 import json
@@ -24,12 +24,14 @@ def main() -> int:
         state = json.loads((state_dir / "state.json").read_text())
     except (OSError, ValueError):
         state = {}
+    known_hosts = state.get("known_hosts") or str(state_dir / "known_hosts")
     for host in state.get("hosts", {}).values():
         hostvars[host["name"]] = {
             "ansible_host": host["address"],
             "ansible_user": "root",
             "ansible_ssh_private_key_file": state["ssh_key"],
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            # the lab's own known_hosts (every host's keys, read from its rootfs at creation): keys are checked
+            "ansible_ssh_common_args": f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={known_hosts} -o LogLevel=ERROR",
             "lab_name": name,
             "lab_gateway": state["gateway"],
             "lab_proxy_url": state["proxy_url"],

@@ -102,6 +102,30 @@ def test_hosts_install_from_debian_through_the_proxy(lab):
     assert "Installed" in out.stdout, out.stdout + out.stderr
 
 
+def test_host_keys_are_pinned_and_a_different_key_is_refused(lab, tmp_path):
+    """Every login checks the host's key: the lab's known_hosts holds exactly the keys each host was given at
+    creation, and an Ansible run that knows another key for the address is refused before any task runs."""
+    state = lab.state()
+    pinned = Path(state["known_hosts"]).read_text().splitlines()
+    for name, host in state["hosts"].items():
+        served = lab.ssh(name, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2]
+        assert f"{host['address']} {served[0]} {served[1]}" in pinned, (name, served, pinned)
+    # a known_hosts naming another ed25519 key for b300-lab's address (what a replaced or spoofed host looks like)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    other = (tmp_path / "other.pub").read_text().split()[:2]
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"{state['hosts']['b300-lab']['address']} {other[0]} {other[1]}\n")
+    env = {**os.environ, "LAB_NAME": lab.name, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONPATH": str(ROOT),
+           "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o ControlPath=none"}   # no reused master connection
+    ansible = [str(Path(sys.executable).parent / "ansible"), "-i", "inventory/lab", "b300-lab", "-m", "ansible.builtin.ping"]
+    common = "-o StrictHostKeyChecking=yes -o UserKnownHostsFile={} -o LogLevel=ERROR"
+    bad = subprocess.run(ansible + ["-e", json.dumps({"ansible_ssh_common_args": common.format(wrong)})],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert bad.returncode != 0 and "Host key verification failed" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+    good = subprocess.run(ansible, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert good.returncode == 0 and '"ping": "pong"' in good.stdout, good.stdout + good.stderr
+
+
 @pytest.mark.parametrize("case", ["subnet_in_use", "not_root", "no_debootstrap"])
 def test_bad_input_fails_with_one_clear_sentence(case, lab, tmp_path):
     env = {}
@@ -128,7 +152,7 @@ def test_bad_input_fails_with_one_clear_sentence(case, lab, tmp_path):
     assert not (ROOT / ".lab" / "badinput").exists() or case == "not_root"
 
 
-PROBE_VARS = ["deploy_host_group", "deploy_gpu_count", "deploy_gpu_compute_capability", "deploy_lab",
+PROBE_VARS = ["deploy_host_group", "deploy_gpu_count", "deploy_gpu_compute_capability", "venv_flavour",
               "deploy_venv_path", "deploy_models_root"]
 
 
@@ -154,7 +178,7 @@ def test_site_and_role_playbooks_see_the_same_group_vars(playbook, tmp_path):
     assert by_host["b300-lab"]["deploy_host_group"] == "nvlink"
     assert by_host["ct200-lab"]["deploy_host_group"] == "pcie"
     # The lab profile wins over nvlink/pcie (ansible_group_priority): lab hosts declare no GPU.
-    assert by_host["b300-lab"]["deploy_gpu_count"] == 0 and by_host["b300-lab"]["deploy_lab"] is True
+    assert by_host["b300-lab"]["deploy_gpu_count"] == 0 and by_host["b300-lab"]["venv_flavour"] == "lab"
 
 
 def test_production_inventory_parses_with_profiles():
@@ -168,4 +192,6 @@ def test_production_inventory_parses_with_profiles():
     assert hv["b300-01.example.internal"]["deploy_host_group"] == "nvlink"
     assert hv["b300-01.example.internal"]["deploy_gpu_compute_capability"] == "10.3"
     assert hv["ct200-01.example.internal"]["deploy_host_group"] == "pcie"
-    assert all(not v.get("deploy_lab") for v in hv.values())
+    # nothing of the lab's test doubles reaches a production host
+    assert all(v.get("venv_flavour") != "lab" and "sglang_service_launch_module" not in v
+               and not v.get("sglang_service_env_lab") for v in hv.values()), hv
