@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import goals  # noqa: E402
 from module_utils import bench_client, bench_matrix  # noqa: E402
 from module_utils.bench_http import split_url  # noqa: E402
 
@@ -38,6 +39,11 @@ ITL_MS = 40.0
 TOLERANCE = 0.05
 CONCURRENCIES = (1, 8, 32, 64, 128)
 CAPACITY_TARGET = 25000.0
+ACCURACY = goals.Goal("bench_harness", f"harness TTFT/ITL/TPOT vs stand-in settings, worst deviation, C = "
+                      f"{CONCURRENCIES[0]}..{CONCURRENCIES[-1]}", "<=", TOLERANCE * 100, "%")
+CAPACITY = goals.Goal("bench_harness", "harness client capacity on one core (output tok per client CPU-second)",
+                      ">=", CAPACITY_TARGET, "tok/s")
+GOALS = [ACCURACY, CAPACITY]
 
 
 def _free_port():
@@ -88,6 +94,7 @@ def accuracy(cpus_client, cpus_server):
     print(f"-- accuracy: stand-in TTFT {TTFT_MS:.0f} ms, ITL {ITL_MS:.0f} ms; ratio = measured / configured "
           f"(pass within {TOLERANCE:.0%})")
     ok = True
+    worst, bad = 0.0, []
     os.sched_setaffinity(0, cpus_client)
     with StandIn(TTFT_MS, ITL_MS, cpus_server) as server:
         print(f"{'C':>4} {'TTFT mean':>10} {'ITL mean':>9} {'ITL p50':>8} {'TPOT mean':>10}  verdict")
@@ -99,11 +106,16 @@ def accuracy(cpus_client, cpus_server):
                       row["median_itl_ms"] / ITL_MS, row["mean_tpot_ms"] / ITL_MS)
             good = row["status"] == "ok" and all(abs(r - 1) <= TOLERANCE for r in ratios)
             ok &= good
+            worst = max([worst] + [abs(r - 1) * 100 for r in ratios])
+            if row["status"] != "ok":
+                bad.append(f"C={conc}: status {row['status']}")
             _, _, base_ttft, base_itl = naive_client(server.url, conc, 4 if conc == 1 else 3 * conc, 32)
             print(f"{conc:>4} " + " ".join(f"{r:>9.3f}x" for r in ratios)
                   + f"  {'ok' if good else 'OUT OF TOLERANCE'} ({row['status']}, {row['completed']} requests,"
                     f" TTFT {row['mean_ttft_ms']:.1f} ms, ITL {row['mean_itl_ms']:.2f} ms; same-run http.client"
                     f" baseline sees TTFT {base_ttft / TTFT_MS:.3f}x, ITL {base_itl / ITL_MS:.3f}x)")
+    goals.record(ACCURACY, worst, note=f"stand-in TTFT {TTFT_MS:.0f} ms, ITL {ITL_MS:.0f} ms",
+                 failed=", ".join(bad))
     return ok
 
 
@@ -180,12 +192,15 @@ def capacity(cpus_client, cpus_server):
     print(f"capacity on one core: {best:,.0f} output tok/s = {best / CAPACITY_TARGET:.2f}x the {CAPACITY_TARGET:,.0f} "
           f"target -> {'ok' if verdict else 'BELOW TARGET'}; best wall throughput {best_wall:,.0f} tok/s "
           f"({best_wall / CAPACITY_TARGET:.2f}x target; bounded by the stand-in when the client core is not saturated)")
+    goals.record(CAPACITY, best, note=f"best wall {best_wall:,.0f} tok/s; same-run http.client baseline "
+                                      f"{base_cpu:,.0f} tok per CPU-second")
     return verdict
 
 
 def main() -> int:
     if not (STANDIN / "sglang_standin" / "launch_server.py").exists():
-        print(f"stand-in missing at {STANDIN}", file=sys.stderr)
+        for g in GOALS:
+            goals.fail(g, f"stand-in missing at {STANDIN}")
         return 1
     load1, _, _ = os.getloadavg()
     print(f"load average {load1:.2f} on {os.cpu_count()} CPU(s)"
@@ -202,8 +217,8 @@ def main() -> int:
     finally:
         os.sched_setaffinity(0, original)
     print(f"harness: accuracy {'ok' if ok_accuracy else 'FAILED'}, capacity {'ok' if ok_capacity else 'FAILED'}")
-    return 0 if ok_accuracy and ok_capacity else 1
+    return 0  # the verdicts are the goals recorded above
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(goals.standalone("bench_harness", main, GOALS))

@@ -13,11 +13,16 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench import goals  # noqa: E402
+
 LAB_NAME = os.environ.get("BENCH_SERVICE_LAB", "bench-service")
 HOST = "b300-lab"
 ROUNDS = int(os.environ.get("BENCH_SERVICE_ROUNDS", "5"))
@@ -25,6 +30,9 @@ FAULTS = ("crash_loading", "crash_warmup")
 REQUIREMENT_S = 3.0
 API_KEY = "lab-only-standin-key"  # group_vars/lab/sglang_service.yml
 FAST = {"SGLANG_STANDIN_LOAD_S": "1", "SGLANG_STANDIN_WARMUP_S": "0.5"}
+VERDICT = {f: goals.Goal("bench_service", f"service crash-to-verdict ({f}), max of {ROUNDS}", "<=", REQUIREMENT_S, "s")
+           for f in FAULTS}
+GOALS = list(VERDICT.values())
 
 
 def _runner_env(lab) -> dict:
@@ -81,15 +89,14 @@ def main() -> int:
             _set_fault(lab, None)
             ok = _restart(lab)
             if ok["failed"]:
-                print(f"healthy restart failed: {ok.get('msg')}")
-                return 1
+                raise RuntimeError(f"healthy restart failed: {ok.get('msg')}")
             healthy.append(ok["time_to_ready"])
             for fault in FAULTS:
                 _set_fault(lab, fault)
                 res = _restart(lab)
                 if not res["failed"] or res.get("kind") != "failed" or res.get("crash_to_verdict_s") is None:
-                    print(f"{fault}: expected a crash verdict, got {res.get('kind')}: {res.get('msg', '')[:300]}")
-                    return 1
+                    raise RuntimeError(f"{fault}: expected a crash verdict, got {res.get('kind')}: "
+                                       f"{res.get('msg', '')[:300]}")
                 verdicts[fault].append(res["crash_to_verdict_s"])
         _set_fault(lab, None)
         base = statistics.median(healthy)
@@ -100,7 +107,12 @@ def main() -> int:
             print(f"crash-to-verdict [{fault}]: median {med:.3f}s, max {max(values):.3f}s over {len(values)} | "
                   f"ratio vs healthy time-to-ready {med / base:.3f} | vs the {REQUIREMENT_S:.0f} s requirement "
                   f"{max(values) / REQUIREMENT_S:.3f}")
+            goals.record(VERDICT[fault], max(values), note=f"median {med:.3f} s; healthy restart-to-ready {base:.3f} s")
         return 0
     finally:
         if os.environ.get("LAB_KEEP") != "1":
             lab.down(log=lambda *_: None)
+
+
+if __name__ == "__main__":
+    sys.exit(goals.standalone("bench_service", main, GOALS))

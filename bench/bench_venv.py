@@ -1,9 +1,12 @@
 """Venv stream: a 1 GiB venv from ct200-lab to b300-lab, against baselines measured in the same run.
 
-Baselines (same lab, same hosts, same cold target, same page-cache-warm source):
+Every ssh connection that carries the venv, ours and the baselines' alike, uses the role's cipher preference
+(roles/venv/defaults/main.yml venv_stream_ssh_ciphers, read from that file: AES-GCM first), so no method wins or loses
+by its cipher.
+Baselines (same lab, same hosts, same cold target, same page-cache-warm source, same ssh cipher):
   raw          ssh src 'tar c' | ssh dst 'tar x'         relayed by the controller, like our default path
-  raw aes-gcm  raw with ours' ssh cipher preference      context only: how much of a difference is the cipher
-  rsync        ssh src "rsync -a V/ dst:V/"              host to host (first copy, then a no-op rerun)
+  rsync        ssh src "rsync -a -e 'ssh -c C' V/ dst:V/"  host to host (first copy, then a no-op rerun)
+  raw default  raw with ssh's own cipher choice          context only: how much of a difference is the cipher
 Ours (engine = the modules' code over ssh without Ansible's per-task overhead: manifest on the source + stage
 prepare on the target + venv_stream.stream + verify-and-swap; the module steps run over one persistent
 connection per host, as the role's tasks run over the connection Ansible keeps for the play, while the stream
@@ -15,7 +18,8 @@ opens its own ssh connections, as in the role):
   engine full   (run once) no hash cache: both sides read and hash everything (venv_hash_cache_dir: "")
   role          the whole `playbooks/venv.yml` run (venv_method=stream), Ansible overhead included
   no-op         a second engine run against an identical target (both manifests hashed, nothing moves) vs rsync
-Ratios are baseline_seconds / our_seconds: >= 1.00 means ours is as fast or faster.
+Ratios are baseline_seconds / our_seconds: >= 1.00 means ours is as fast or faster. Goals (median of the rounds):
+engine >= 0.9x raw and >= 1.0x rsync; engine h2h >= 1.0x rsync.
 The bench lab's ct200-lab gets the lab key so that it can reach b300-lab (host-to-host paths only).
 """
 from __future__ import annotations
@@ -29,10 +33,12 @@ import sys
 import time
 from pathlib import Path
 
-from lab.core import Lab
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import yaml  # noqa: E402
+
+from bench import goals  # noqa: E402
+from lab.core import Lab  # noqa: E402
 from module_utils import venv_stream  # noqa: E402
 
 LAB = "bench-venv"
@@ -45,6 +51,25 @@ CACHE = "/var/cache/sglang-venv"
 CONTROL_DIR = "/tmp/bench-venv-ssh"
 REPS = 1
 ROUNDS = int(os.environ.get("BENCH_VENV_ROUNDS", "3"))
+ROLE_DEFAULTS = ROOT / "roles" / "venv" / "defaults" / "main.yml"
+VS_RAW = goals.Goal("bench_venv", "venv 1 GiB stream (role defaults, via controller) vs raw ssh|tar (same cipher), "
+                    "median", ">=", 0.9)
+VS_RSYNC = goals.Goal("bench_venv", "venv 1 GiB stream (role defaults, via controller) vs rsync (same cipher), "
+                      "median", ">=", 1.0)
+H2H_VS_RSYNC = goals.Goal("bench_venv", "venv 1 GiB stream host to host vs rsync (same cipher), median", ">=", 1.0)
+GOALS = [VS_RAW, VS_RSYNC, H2H_VS_RSYNC]
+
+
+def role_ciphers(path: Path = ROLE_DEFAULTS) -> str:
+    """The role's ssh cipher preference (venv_stream_ssh_ciphers in its defaults), what every method here uses."""
+    value = (yaml.safe_load(path.read_text()) or {}).get("venv_stream_ssh_ciphers")
+    if not isinstance(value, str) or not value or "{" in value:
+        raise ValueError(f"{path}: venv_stream_ssh_ciphers must be a literal, non-empty comma list of ciphers for "
+                         f"the baselines to use the same cipher as ours; got {value!r}")
+    return value
+
+
+CIPHERS = role_ciphers()
 
 
 def quiet(*_):
@@ -93,7 +118,7 @@ class Bench:
     def setup(self) -> dict:
         for h in self.addr:
             self.ssh(h, "mkdir -p /tmp/vu/module_utils && touch /tmp/vu/module_utils/__init__.py")
-            for f in ("venv_manifest.py", "venv_stage.py", "venv_receive.py"):
+            for f in ("venv_manifest.py", "venv_stage.py", "venv_receive.py", "venv_bytecode.py"):
                 self.ssh(h, f"cat > /tmp/vu/module_utils/{f}", input=(ROOT / "module_utils" / f).read_text())
         key = Path(self.state["ssh_key"]).read_text()
         self.ssh("ct200-lab", f"install -m 600 /dev/stdin {KEY_ON_SRC}", input=key)
@@ -129,8 +154,8 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
         return best
 
     # ---------------------------------------------------------------- baselines
-    def raw(self, ciphers: str = ""):
-        """ciphers: "" = ssh's own choice (the baseline); ours' preference = context for the cipher alone."""
+    def raw(self, ciphers: str = CIPHERS):
+        """ciphers: the role's preference (the baseline, the same as ours); "" = ssh's own choice (context)."""
         c = {"ciphers": ciphers} if ciphers else {}
         src = venv_stream.ssh_argv({**self.conn("ct200-lab"), **c}, f"tar -C {V} -cf - .")
         dst = venv_stream.ssh_argv({**self.conn("b300-lab"), **c}, f"mkdir -p {V} && tar -C {V} -xf -")
@@ -140,12 +165,13 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
         assert d.wait() == 0 and s.wait() == 0
 
     def raw_h2h(self):
-        inner = f"ssh -i {KEY_ON_SRC} {SSH_OPTS} root@{self.addr['b300-lab']} 'mkdir -p {V} && tar -C {V} -xf -'"
+        inner = (f"ssh -c {shlex.quote(CIPHERS)} -i {KEY_ON_SRC} {SSH_OPTS} root@{self.addr['b300-lab']} "
+                 f"'mkdir -p {V} && tar -C {V} -xf -'")
         self.ssh("ct200-lab", f"tar -C {V} -cf - . | {inner}")
 
     def rsync(self):
-        self.ssh("ct200-lab", f"rsync -a --delete -e 'ssh -i {KEY_ON_SRC} {SSH_OPTS}' {V}/ "
-                              f"root@{self.addr['b300-lab']}:{V}/")
+        rsh = f"ssh -c {CIPHERS} -i {KEY_ON_SRC} {SSH_OPTS}"
+        self.ssh("ct200-lab", f"rsync -a --delete -e {shlex.quote(rsh)} {V}/ root@{self.addr['b300-lab']}:{V}/")
 
     # ---------------------------------------------------------------- ours
     def prepare(self, manifest: str, cache=""):
@@ -161,7 +187,7 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
 
     def commit(self, digest, cache=""):
         return self.py("b300-lab", "import json; from module_utils.venv_stage import commit; "
-                       f"print(json.dumps(commit({V!r}, {digest!r}, cache_dir={cache!r})))")
+                       f"print(json.dumps(commit({V!r}, {digest!r}, cache_dir={cache!r}, bytecode=False)))")
 
     def direct_dst(self) -> dict:
         return {"host": self.addr["b300-lab"], "user": "root", "key": KEY_ON_SRC, "common_args": SSH_OPTS}
@@ -179,7 +205,8 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
             t = time.monotonic()
             rep = venv_stream.stream(self.conn("ct200-lab"),
                                      self.direct_dst() if via == "direct" else self.conn("b300-lab"),
-                                     V, STAGE, None if st["full"] else st["send"], zstd_level=level, via=via)
+                                     V, STAGE, None if st["full"] else st["send"], zstd_level=level, via=via,
+                                     ciphers=CIPHERS)
             parts["transfer"] = time.monotonic() - t
             parts["zstd"] = rep.get("compressed")
             t = time.monotonic()
@@ -229,7 +256,7 @@ def main() -> int:
               "C B A, ...), every run onto a cold target (venv, stage and hash cache removed, then sync); ratios "
               "use the median of each (best in brackets).", flush=True)
         b.source_manifest(CACHE)  # primes the source's hash cache: the same state for every round
-        res: dict[str, list[float]] = {"raw": [], "raw aes-gcm": [], "engine": [], "engine zstd1": [], "rsync": [],
+        res: dict[str, list[float]] = {"raw": [], "raw default": [], "engine": [], "engine zstd1": [], "rsync": [],
                                        "engine h2h": []}
         parts_seen: dict[str, list] = {k: [] for k in res}
 
@@ -241,7 +268,8 @@ def main() -> int:
                 return t
             return run
 
-        steps = [("raw", lambda: b.timed(b.raw)), ("raw aes-gcm", lambda: b.timed(lambda: b.raw(venv_stream.DEFAULT_CIPHERS))), ("engine", engine("engine")),
+        steps = [("raw", lambda: b.timed(b.raw)), ("raw default", lambda: b.timed(lambda: b.raw(""))),
+                 ("engine", engine("engine")),
                  ("engine zstd1", engine("engine zstd1", level=1)), ("rsync", lambda: b.timed(b.rsync)),
                  ("engine h2h", engine("engine h2h", via="direct"))]
         for r in range(ROUNDS):  # order reversed every other round: write-back of the previous run hits both
@@ -255,11 +283,12 @@ def main() -> int:
         def ratio(base, ours):
             return f"{med[base] / med[ours]:.2f}x {base} [best {best[base] / best[ours]:.2f}x]"
 
+        print(f"ssh cipher preference of ours and of every baseline ({ROLE_DEFAULTS.relative_to(ROOT)}): {CIPHERS}")
         print(f"baseline raw ssh src tar | ssh dst tar (via controller): {stats(res['raw'])} ({mb / med['raw']:.0f} MB/s)")
         print(f"baseline rsync -a host to host:                         {stats(res['rsync'])} "
               f"({mb / med['rsync']:.0f} MB/s)")
-        print(f"context: raw with ours' cipher preference (aes128-gcm): {stats(res['raw aes-gcm'])} "
-              f"({mb / med['raw aes-gcm']:.0f} MB/s; ours vs it: {med['raw aes-gcm'] / med['engine']:.2f}x)")
+        print(f"context: raw with ssh's own cipher choice:              {stats(res['raw default'])} "
+              f"({mb / med['raw default']:.0f} MB/s; ours vs it: {med['raw default'] / med['engine']:.2f}x)")
         parts_seen["engine full"] = []
         res["engine full"] = [engine("engine full", cache="")()]  # once: both sides read everything
         med["engine full"] = best["engine full"] = res["engine full"][0]
@@ -271,6 +300,11 @@ def main() -> int:
             detail = ", ".join(f"{k} {v:.2f}s" if isinstance(v, float) else f"{k} {v}" for k, v in p.items())
             print(f"ours {name} ({what}): {stats(res[name])} -> {ratio('raw', name)} (goal >= 0.9), "
                   f"{ratio('rsync', name)} (goal >= 1.0) [{detail}]", flush=True)
+        for goal, base, ours in ((VS_RAW, "raw", "engine"), (VS_RSYNC, "rsync", "engine"),
+                                 (H2H_VS_RSYNC, "rsync", "engine h2h")):
+            goals.record(goal, med[base] / med[ours],
+                         note=f"{ours} {med[ours]:.2f} s vs {base} {med[base]:.2f} s, median of {ROUNDS} "
+                              f"(best {best[base] / best[ours]:.2f}x)")
         t0 = time.monotonic()
         b.rsync()  # target identical now (rsync made it): the rsync no-op
         rsync_noop = time.monotonic() - t0
@@ -298,4 +332,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(goals.standalone("bench_venv", main, GOALS))
