@@ -84,7 +84,7 @@ class LocalServer:
         self.exited_at = time.monotonic()
         self._q.put(None)
 
-    def wait_for_line(self, needle: str, timeout: float = 20.0) -> str:
+    def wait_for_line(self, needle: str, timeout: float = 60.0) -> str:
         """Block until a log line contains needle; raise if the process ends or the timeout passes first."""
         for line in self.lines:
             if needle in line:
@@ -104,12 +104,15 @@ class LocalServer:
             if needle in line:
                 return line
 
-    def wait_exit(self, timeout: float = 20.0) -> int:
+    def wait_exit(self, timeout: float = 60.0) -> int:
         """The exit status, once the process ended AND its last log lines are in self.lines (the pump has read the
         pipe to its end): a test may read the log right after."""
         assert self.proc
         rc = self.proc.wait(timeout=timeout)
         self._pumper.join(timeout)
+        if self._pumper.is_alive():  # something else still holds the pipe: the log is not complete, say so
+            raise TimeoutError(f"stand-in exited ({rc}) but its log pipe stayed open for {timeout}s; log so far:\n"
+                               + "\n".join(self.lines))
         return rc
 
     def stop(self, timeout: float = 10.0) -> None:
