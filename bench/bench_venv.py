@@ -222,8 +222,10 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
         env = {**os.environ, "LAB_NAME": LAB, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONPATH": str(ROOT)}
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "inventory/lab", "playbooks/venv.yml",
                "-l", "b300-lab", "-e", json.dumps({"venv_method": "stream", "venv_stream_source": "ct200-lab",
-                                                   # a synthetic venv: nothing to import, no patch series
-                                                   "venv_flavour": "upstream", "venv_import_checks": []})]
+                                                   # a synthetic venv: nothing to import, no patch series,
+                                                   # no parser to extract a flag schema from
+                                                   "venv_flavour": "upstream", "venv_import_checks": [],
+                                                   "venv_schema_module": ""})]
         t0 = time.monotonic()
         out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         dt = time.monotonic() - t0
