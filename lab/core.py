@@ -50,6 +50,8 @@ PROXY_PORT = 3128
 # Candidate subnets, 10.213.0.0/16 carved into /24s; the first unused one (by address, route and other lab) wins.
 SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")
 DEFAULT_HOSTS = ("b300-lab", "ct200-lab")
+# The fleet lab (inventory/fleet-lab): six like hosts for the fan-out of weights (LAB_NAME of its own).
+FLEET_HOSTS = tuple(f"fleet{i}" for i in range(1, 7))
 # Test doubles the lab runs on its gateway for the whole lab's life (hosts reach them directly, no proxy):
 # name -> (port, argv after `python -m`). "{gateway}", "{port}" and "{dir}" are filled in at start.
 LAB_SERVICES = {
@@ -536,6 +538,50 @@ class Lab:
             hostdir = Path(host.rootdir).parent
             self._unmount_under(hostdir)
             shutil.rmtree(hostdir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ link shaping and failures
+    def _machine_pid(self, machine: str) -> int:
+        """PID (in our namespace) of the machine's systemd: the process of its cgroup that runs systemd as init."""
+        for pid in sorted(self._cgroup_pids(machine)):
+            with contextlib.suppress(OSError, IndexError):
+                status = Path(f"/proc/{pid}/status").read_text().splitlines()
+                nspid = [ln for ln in status if ln.startswith("NSpid:")][0].split()
+                if nspid[-1] == "1" and len(nspid) > 2:  # PID 1 inside its own PID namespace
+                    return pid
+        raise LabError(f"machine {machine}: no systemd (PID 1 of the container) found in its cgroup; is it up?")
+
+    def set_link(self, host: str, mbit: float, state: dict | None = None) -> dict:
+        """Shape one host's link on the lab bridge to `mbit` Mbit/s each way (tc tbf on both ends of its veth: the
+        bridge side limits what the host receives, the host0 side inside its network namespace what it sends);
+        0 removes the shaping. Returns what was set."""
+        state = state or self.state()
+        h = state["hosts"][host]
+        veth = f"vb-{h['machine']}"[:15]
+        pid = self._machine_pid(h["machine"])
+        inside = ["nsenter", "-t", str(pid), "-n"]
+        for prefix, dev in (([], veth), (inside, "host0")):
+            _run(prefix + ["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+            if mbit > 0:
+                # burst >= rate/HZ and a few MTUs; latency bounds the queue (drops beyond it, TCP backs off)
+                burst = max(32 * 1024, int(mbit * 1e6 / 8 / 100))
+                _run(prefix + ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+                               "burst", str(burst), "latency", "200ms"])
+        return {"host": host, "veth": veth, "mbit": mbit}
+
+    def kill_host(self, host: str, state: dict | None = None) -> None:
+        """Pull the plug: SIGKILL every process of the machine (its services die mid-answer, its veth goes away).
+        `up()` boots it again afresh."""
+        state = state or self.state()
+        machine = state["hosts"][host]["machine"]
+        for _ in range(50):
+            pids = self._cgroup_pids(machine)
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        raise LabError(f"{host}: processes still alive after SIGKILL: {sorted(self._cgroup_pids(machine))[:10]}")
 
     @staticmethod
     def _unmount_under(path: Path) -> None:

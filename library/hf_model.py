@@ -128,6 +128,37 @@ options:
   name:
     description: Label used in progress lines (default the basename of I(dest)).
     type: str
+  tree:
+    description:
+      - The Hub's tree at I(revision) as the controller read it once for the fleet (hf_tree's C(sha) and C(files)).
+        When given, the Hub is not asked for the revision or the tree, I(revision) must be that sha, and every file is
+        checked against these hashes. Required with I(peers).
+    type: dict
+  peers:
+    description:
+      - LAN fan-out (roles/models, C(models_source=peers)) - every host of the fan-out in order, each C(name) and
+        C(url) of its peer server (module model_peer); index 0 is the seeder, which fetches from the Hub. The parent of
+        host i is host (i - 1) // I(fanout); files come from the nearest live ancestor that holds a verified copy, or
+        another earlier host that holds one, and from the Hub only when no earlier host will ever hold them
+        (I(hub_fallback)); see module_utils/hf_sources.py.
+      - A peer that dies or stalls mid-transfer is left for another source (the partial file is kept); a copy that fails
+        the hash check is fetched again elsewhere and that peer is never asked for the file again.
+    type: list
+    elements: dict
+  peer_self:
+    description: This host's name in I(peers).
+    type: str
+  peer_token:
+    description: The run's token for the peer servers (sent only to them).
+    type: str
+  fanout:
+    description: Children per host in the fan-out tree (>= 1).
+    type: int
+    default: 2
+  hub_fallback:
+    description: Fetch from the Hub a file that no earlier host of the fan-out holds or will hold (the seeder died).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -249,6 +280,30 @@ whole_body_streams:
   description: Files (attempts) filled from such a whole-file answer by one stream instead of parallel ranges.
   type: int
   returned: when fetching
+bytes_by_source:
+  description: Bytes received per source (C(hub) or a peer's name), failed attempts included.
+  type: dict
+  returned: when fetching
+files_by_source:
+  description: Files verified per source.
+  type: dict
+  returned: when fetching
+peer_failures:
+  description: Transfers from a peer that failed (dead, stalled, file no longer vouched) and went to another source.
+  type: int
+  returned: when fetching
+peer_hash_mismatches:
+  description: Copies from peers that failed the hash check (C(file), C(peer), C(detail)); each was fetched again.
+  type: list
+  returned: when fetching
+fanout_position:
+  description: This host's index in I(peers) (0 = the seeder).
+  type: int
+  returned: with peers
+fanout_parent:
+  description: Its parent in the fan-out tree (null for the seeder).
+  type: str
+  returned: with peers
 manifest:
   description: Path of the verified manifest (repo_id, repo_type, revision and every verified file).
   type: str
@@ -289,6 +344,12 @@ ARGS = dict(
     free_space_margin_mb=dict(type="int", default=1024),
     lock_timeout=dict(type="int", default=60),
     name=dict(type="str"),
+    tree=dict(type="dict"),
+    peers=dict(type="list", elements="dict"),
+    peer_self=dict(type="str"),
+    peer_token=dict(type="str", no_log=True),
+    fanout=dict(type="int", default=2),
+    hub_fallback=dict(type="bool", default=True),
 )
 
 
@@ -298,6 +359,8 @@ def main():
     for key in ("lanes", "connections", "chunk_size_mb", "stall_timeout"):
         if p[key] < 1:
             module.fail_json(msg="%s must be >= 1, got %d" % (key, p[key]))
+    if p["fanout"] < 1:
+        module.fail_json(msg="fanout must be >= 1, got %d" % p["fanout"])
     for key in ("retries", "inner_retries", "hash_retries", "free_space_margin_mb"):
         if p[key] < 0:
             module.fail_json(msg="%s must be >= 0, got %d" % (key, p[key]))

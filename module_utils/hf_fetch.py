@@ -70,9 +70,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 try:
     from ansible.module_utils.hf_verify import Hasher, fsync_dir
     from ansible.module_utils.hf_hub import file_url, validate_repo_type
+    from ansible.module_utils.hf_sources import NoSource
 except ImportError:
     from module_utils.hf_verify import Hasher, fsync_dir
     from module_utils.hf_hub import file_url, validate_repo_type
+    from module_utils.hf_sources import NoSource
 
 MiB = 1 << 20
 STATE_DIR = ".hf_model"
@@ -224,12 +226,13 @@ def sparse_supported(directory):
 class Upstream:
     """Ranged GETs against the Hub / its file server, with a small keep-alive connection pool and env proxies."""
 
-    def __init__(self, token=None, timeout=60.0):
+    def __init__(self, token=None, timeout=60.0, direct_hosts=()):
         self.token = token
         self.timeout = timeout
         self.lock = threading.Lock()
         self.pool = {}
         self.proxies = urllib.request.getproxies()
+        self.direct_hosts = set(direct_hosts)  # fleet peers: never through a proxy
 
     def _new_conn(self, scheme, netloc):
         conn, absolute = self._make_conn(scheme, netloc)
@@ -240,7 +243,8 @@ class Upstream:
         host, _, port = netloc.rpartition(":") if netloc.count(":") == 1 else (netloc, "", "")
         port = int(port) if port else (443 if scheme == "https" else 80)
         host = host or netloc
-        proxy = None if urllib.request.proxy_bypass(host) else self.proxies.get(scheme)
+        proxy = None if host.strip("[]") in self.direct_hosts or urllib.request.proxy_bypass(host) \
+            else self.proxies.get(scheme)
         if proxy:
             p = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
             if scheme == "https":
@@ -268,8 +272,9 @@ class Upstream:
         target = u.path + ("?" + u.query if u.query else "")
         h = {"User-Agent": "sglang-deploy-hf_model/1"}
         h.update(headers)
-        if auth and self.token:
-            h["Authorization"] = "Bearer %s" % self.token
+        token = auth if isinstance(auth, str) else (self.token if auth else None)
+        if token:
+            h["Authorization"] = "Bearer %s" % token
         for attempt in (0, 1):
             conn = self._get_conn(u.scheme, u.netloc)
             try:
@@ -757,17 +762,20 @@ LANE_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * MiB), "MALLOC_TRIM_THRESHO
                    "MALLOC_ARENA_MAX": "2"}
 
 
-def lane_env():
+def lane_env(no_proxy=()):
     env = dict(os.environ)
     for k, v in LANE_MALLOC_ENV.items():
         env.setdefault(k, v)
+    if no_proxy:  # fleet peers are reached directly, never through the host's proxy
+        for key in ("no_proxy", "NO_PROXY"):
+            env[key] = ",".join([x for x in [env.get(key, "")] if x] + list(no_proxy))
     return env
 
 
 class Lane:
-    def __init__(self, python):
+    def __init__(self, python, no_proxy=()):
         self.proc = subprocess.Popen([python, "-c", LANE_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, close_fds=True, env=lane_env())
+                                     stderr=subprocess.DEVNULL, close_fds=True, env=lane_env(no_proxy))
         self.job = None
         self.buf = b""
 
@@ -807,6 +815,8 @@ class FileTask:
         self.data_url = None
         self.data_url_stale = False
         self.hash_failures = 0
+        self.source = None  # module_utils/hf_sources.Source of the current attempt (None: the Hub, no fan-out)
+        self.peer_attempts = 0
         self.range_ignored = 0  # answers for this file that ignored Range (it is probed again before each attempt)
         self.last_error = None
         self.hash_lock = threading.Lock()
@@ -949,7 +959,8 @@ class Fetcher:
 
     def __init__(self, endpoint, repo_id, sha, dest_dir, token=None, lanes=2, max_files=6, chunk_size=8 * MiB,
                  stall_timeout=60.0, retries=5, hash_retries=2, backoff=2.0, backoff_max=60.0, inner_retries=3,
-                 python=None, progress=None, on_verified=None, clock=time.monotonic, direct=True, repo_type="model"):
+                 python=None, progress=None, on_verified=None, clock=time.monotonic, direct=True, repo_type="model",
+                 sources=None):
         if hash_retries < 0 or retries < 0 or lanes < 1 or max_files < 1 or chunk_size < MiB:
             raise ValueError("bad transfer settings")
         self.repo_type = validate_repo_type(repo_type)
@@ -981,9 +992,12 @@ class Fetcher:
         self.closed = False
         self.stream_threads = []
         self.direct_ok = True  # False once any answer ignored Range: every later answer passes our checks
+        self.sources = sources  # module_utils/hf_sources.SourceSet (LAN fan-out) or None (every file from the Hub)
+        self.no_proxy = tuple(sources.no_proxy_hosts()) if sources is not None else ()
         self.stats = {"files": 0, "attempts": 0, "failures": 0, "stalls": 0, "hash_mismatches": 0,
                       "bytes_fetched": 0, "bytes_resumed": 0, "errors": [], "sparse": True,
-                      "range_ignored": 0, "range_ignored_files": [], "streams": 0}
+                      "range_ignored": 0, "range_ignored_files": [], "streams": 0,
+                      "bytes_by_source": {}, "files_by_source": {}, "peer_failures": 0, "peer_hash_mismatches": []}
 
     def url_for(self, remote):
         return file_url(self.endpoint, self.repo_id, self.sha, remote.path, self.repo_type)
@@ -998,7 +1012,10 @@ class Fetcher:
             self.stats["bytes_resumed"] += t.load(sparse_ok)
             tasks.append(t)
         self.sparse_ok = sparse_ok
-        upstream = Upstream(self.token, timeout=self.stall_timeout)
+        upstream = Upstream(self.token, timeout=self.stall_timeout, direct_hosts=self.no_proxy)
+        if self.sources is not None:
+            self.sources.expect(remotes)
+            self.sources.start()
         window = Window(upstream, self.stall_timeout, notify=self._window_event)
         self.wake_r, self.wake_w = os.pipe()
         self.closed = False
@@ -1014,7 +1031,7 @@ class Fetcher:
         follower.start()
         lanes = []
         try:
-            lanes = [Lane(self.python) for _ in range(min(self.lanes_n, max(1, len(tasks))))]
+            lanes = [Lane(self.python, self.no_proxy) for _ in range(min(self.lanes_n, max(1, len(tasks))))]
             self._loop(tasks, upstream, window, lanes)
         finally:
             for lane in lanes:
@@ -1034,6 +1051,9 @@ class Fetcher:
                 thread.join(timeout=30)  # aborted above: their sockets are shut
             window.close()
             upstream.close()
+            if self.sources is not None:
+                self.sources.stop()
+                self.stats["fanout"] = self.sources.describe()
             with self.events_lock:
                 self.closed = True
             os.close(self.wake_r)
@@ -1115,6 +1135,18 @@ class Fetcher:
         for t in tasks:
             if t.state != "pending" or t.not_before > now:
                 continue
+            if self.sources is not None:
+                try:
+                    src = self.sources.pick(t.remote)
+                except NoSource as err:
+                    raise FetchError(str(err), path=t.remote.path, bytes_done=t.on_disk(), last_error=str(err),
+                                     kind="no_source")
+                if src is None:
+                    continue  # an earlier host of the fan-out will hold it: wait for it
+                if src is not t.source:
+                    t.source = src
+                    t.data_url = self.sources.file_url(src, t.remote) if src.is_peer else None
+                    t.data_url_stale = False
             whole = None
             try:
                 if t.data_url is None or t.data_url_stale or t.range_ignored:
@@ -1165,8 +1197,9 @@ class Fetcher:
                 # bytes and never for the LFS file server.
                 url, auth = t.data_url
                 spec["url"] = url
-                if self.token and auth:
-                    spec["headers"] = {"authorization": "Bearer %s" % self.token}
+                token = auth if isinstance(auth, str) else (self.token if auth else None)
+                if token:
+                    spec["headers"] = {"authorization": "Bearer %s" % token}
                 if self.inner_retries:
                     spec["retries"] = self.inner_retries
                     spec["parallel_failures"] = self.max_files
@@ -1195,7 +1228,7 @@ class Fetcher:
         except (KeyError, ValueError):
             pass
         lane.kill()
-        fresh = Lane(self.python)
+        fresh = Lane(self.python, self.no_proxy)
         lanes[lanes.index(lane)] = fresh
         sel.register(fresh.proc.stdout, selectors.EVENT_READ, fresh)
         return fresh
@@ -1214,7 +1247,7 @@ class Fetcher:
             job.ftask.restore()
             if job.overrun:
                 job.ftask.wipe()  # hf_transfer wrote a whole body at a chunk's offset: nothing here can be trusted
-            self.stats["bytes_fetched"] += job.received
+            self._count_bytes(job)
             self._fail(job.ftask, job.error or why, job.fatal, job.retry_after)
 
     def _direct_guard(self, lane, job, memory=True):
@@ -1293,7 +1326,7 @@ class Fetcher:
         self._close_job(job, window)
         t = job.ftask
         t.restore()
-        self.stats["bytes_fetched"] += job.received
+        self._count_bytes(job)
         fatal = job.fatal
         retry_after = job.retry_after
         if err is None and job.error is None:
@@ -1329,7 +1362,7 @@ class Fetcher:
         self._close_job(job, window)
         t = job.ftask
         t.restore()
-        self.stats["bytes_fetched"] += job.received
+        self._count_bytes(job)
         if job.overrun:
             t.wipe()  # hf_transfer wrote a whole body at a chunk's offset: nothing here can be trusted
             self._fail(t, job.error, False, None)
@@ -1353,7 +1386,27 @@ class Fetcher:
         fatal = job.fatal or "No space left on device" in err or "os error 28" in err
         self._fail(t, err, fatal, job.retry_after)
 
+    def _count_bytes(self, job):
+        self.stats["bytes_fetched"] += job.received
+        name = job.ftask.source.name if job.ftask.source is not None else "hub"
+        by = self.stats["bytes_by_source"]
+        by[name] = by.get(name, 0) + job.received
+
     def _fail(self, t, err, fatal, retry_after):
+        src = t.source
+        local_disk = "No space left" in (err or "") or "os error 28" in (err or "")
+        if src is not None and src.is_peer and not local_disk and \
+                t.peer_attempts < self.retries + 2 * len(self.sources.views):
+            # a peer that died, lost the file or stalled: another source next (no backoff, no Hub retry spent)
+            self.stats["peer_failures"] += 1
+            self.stats["errors"].append("%s (from peer %s)" % (err, src.name))
+            del self.stats["errors"][:-20]
+            t.last_error = err
+            t.peer_attempts += 1
+            t.state = "pending"
+            t.not_before = self.clock()
+            self.sources.failed(src, t.remote.path, err)
+            return
         self.stats["failures"] += 1
         self.stats["errors"].append(err)
         del self.stats["errors"][:-20]
@@ -1446,6 +1499,9 @@ class Fetcher:
             os.replace(t.data, t.final)
             fsync_dir(parent)
             shutil.rmtree(t.dir, ignore_errors=True)
+            name = t.source.name if t.source is not None else "hub"
+            with self.stats_lock:
+                self.stats["files_by_source"][name] = self.stats["files_by_source"].get(name, 0) + 1
             if self.on_verified:
                 self.on_verified(t.remote, t.final, h.digests()["sha256"])
         self._post(("done", t, None))
@@ -1465,6 +1521,17 @@ class Fetcher:
                 kind_ = "enospc" if getattr(info, "errno", None) == errno.ENOSPC else "io"
                 raise FetchError("%s: %s while verifying" % (t.remote.path, info), path=t.remote.path,
                                  bytes_done=t.on_disk(), last_error=str(info), kind=kind_)
+            elif kind == "mismatch" and t.source is not None and t.source.is_peer:
+                # a peer served a bad copy: never ask it for this file again; fetch it from another source
+                self.stats["hash_mismatches"] += 1
+                self.stats["peer_hash_mismatches"].append({"file": t.remote.path, "peer": t.source.name,
+                                                           "detail": info})
+                self.stats["errors"].append("%s (copy from peer %s)" % (info, t.source.name))
+                self.sources.mismatch(t.source, t.remote.path)
+                t.wipe()
+                t.state = "pending"
+                t.source = None
+                t.data_url = None
             elif kind == "mismatch":
                 self.stats["hash_mismatches"] += 1
                 self.stats["errors"].append(info)

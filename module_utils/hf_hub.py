@@ -353,3 +353,33 @@ def _hfapi_call(endpoint, token, fn):
         raise HubError(str(err).splitlines()[0], code="HTTP%s" % status, status=status)
     except (KeyError, TypeError, ValueError) as err:
         raise HubError("malformed Hub answer: %s" % err, code="HostileEntry")
+
+
+def hub_tree(endpoint, repo_id, revision, token=None, repo_type="model", allow_patterns=None, ignore_patterns=None,
+             use_hf_hub=None):
+    """(sha, [RemoteFile]) of `revision`: resolved, listed and filtered as a fetch would select them."""
+    validate_repo_id(repo_id)
+    repo_type = validate_repo_type(repo_type)
+    sha = resolve_revision(endpoint, repo_id, revision, token=token, use_hf_hub=use_hf_hub, repo_type=repo_type)
+    files = list_tree(endpoint, repo_id, sha, token=token, use_hf_hub=use_hf_hub, repo_type=repo_type)
+    return sha, filter_files(files, allow_patterns, ignore_patterns)
+
+
+def tree_from_dicts(tree):
+    """A tree handed over by the controller ({"sha", "files": [RemoteFile.as_dict()...]}, from hf_tree) ->
+    (sha, [RemoteFile]), with the same refusals as a tree read from the Hub itself."""
+    if not isinstance(tree, dict) or not isinstance(tree.get("sha"), str) or not SHA1_RE.match(tree["sha"]):
+        raise HubError("handed tree: expected {'sha': <40-hex commit>, 'files': [...]}, got keys %s"
+                       % (sorted(tree) if isinstance(tree, dict) else type(tree).__name__), code="BadInput")
+    entries = []
+    for f in tree.get("files") or []:
+        if not isinstance(f, dict):
+            raise HubError("handed tree: malformed file entry %r" % (f,), code="HostileEntry")
+        e = {"type": "file", "path": f.get("path"), "size": f.get("size"), "oid": f.get("blob_sha1")}
+        if f.get("sha256") is not None:
+            e["lfs"] = {"oid": f["sha256"], "size": f.get("size")}
+        entries.append(e)
+    files = parse_tree_entries(entries)
+    if not files:
+        raise HubError("handed tree of %s lists no file" % tree["sha"], code="BadInput")
+    return tree["sha"], files

@@ -29,14 +29,16 @@ import threading
 import time
 
 try:
-    from ansible.module_utils.hf_hub import (HubError, filter_files, list_tree, resolve_revision, validate_repo_id,
-                                             validate_repo_type)
+    from ansible.module_utils.hf_hub import (HubError, filter_files, list_tree, resolve_revision, tree_from_dicts,
+                                             validate_repo_id, validate_repo_type)
+    from ansible.module_utils.hf_sources import Source, SourceSet
     from ansible.module_utils.hf_verify import Manifest, verify_files
     from ansible.module_utils.hf_fetch import STATE_DIR, FetchError, Fetcher, FileTask, kill_pid
     from ansible.module_utils import hf_progress
 except ImportError:
-    from module_utils.hf_hub import (HubError, filter_files, list_tree, resolve_revision, validate_repo_id,
-                                     validate_repo_type)
+    from module_utils.hf_hub import (HubError, filter_files, list_tree, resolve_revision, tree_from_dicts,
+                                     validate_repo_id, validate_repo_type)
+    from module_utils.hf_sources import Source, SourceSet
     from module_utils.hf_verify import Manifest, verify_files
     from module_utils.hf_fetch import STATE_DIR, FetchError, Fetcher, FileTask, kill_pid
     from module_utils import hf_progress
@@ -48,7 +50,8 @@ DEFAULTS = {
     "token": None, "lanes": 2, "connections": 6, "chunk_size_mb": 8, "inner_retries": 3,
     "stall_timeout": 60, "retries": 5, "hash_retries": 2, "backoff": 2.0, "backoff_max": 60.0,
     "free_space_margin_mb": 1024, "lock_timeout": 60, "name": None, "hash_workers": 0, "use_hf_hub": None,
-    "repo_type": "model",
+    "repo_type": "model", "tree": None, "peers": None, "peer_self": None, "peer_token": None, "fanout": 2,
+    "hub_fallback": True,
 }
 
 
@@ -174,11 +177,26 @@ def sync(params, check_mode=False, python=None):
     if p["verify"] not in ("quick", "full"):
         raise SyncError("verify must be quick or full, got %r" % p["verify"])
     name = p["name"] or os.path.basename(dest)
-    sha = resolve_revision(p["endpoint"], repo_id, p["revision"], token=p["token"], use_hf_hub=p["use_hf_hub"],
-                           repo_type=repo_type)
-    files = filter_files(list_tree(p["endpoint"], repo_id, sha, token=p["token"], use_hf_hub=p["use_hf_hub"],
-                                   repo_type=repo_type),
-                         p["allow_patterns"], p["ignore_patterns"])
+    peers = p["peers"] or []
+    if peers and (not p["peer_self"] or not p["peer_token"]):
+        raise SyncError("peers given without peer_self and peer_token: this host's place in the fan-out and the run's "
+                        "peer token are both needed")
+    if p["tree"]:
+        # the controller read the Hub's tree once for the fleet (hf_tree): the only source of hashes
+        sha, handed = tree_from_dicts(p["tree"])
+        if p["revision"] != sha:
+            raise SyncError("the handed tree is of commit %s but revision is %r: pass the tree's sha as revision"
+                            % (sha, p["revision"]))
+        files = filter_files(handed, p["allow_patterns"], p["ignore_patterns"])
+    else:
+        if peers:
+            raise SyncError("peers need the tree the controller read from the Hub (tree): a peer is never trusted "
+                            "for hashes")
+        sha = resolve_revision(p["endpoint"], repo_id, p["revision"], token=p["token"], use_hf_hub=p["use_hf_hub"],
+                               repo_type=repo_type)
+        files = filter_files(list_tree(p["endpoint"], repo_id, sha, token=p["token"], use_hf_hub=p["use_hf_hub"],
+                                       repo_type=repo_type),
+                             p["allow_patterns"], p["ignore_patterns"])
     if not files:
         raise SyncError("%s@%s: no file matches allow_patterns=%s ignore_patterns=%s"
                         % (repo_id, sha, p["allow_patterns"], p["ignore_patterns"]))
@@ -205,6 +223,13 @@ def sync(params, check_mode=False, python=None):
         "endpoint": p["endpoint"], "name": name,
         "manifest": manifest.path,
     }
+    sources = None
+    if peers:
+        sources = SourceSet(Source("hub", "hub", p["endpoint"], p["token"]), peers, p["peer_self"], int(p["fanout"]),
+                            os.path.basename(dest), sha, p["peer_token"], hub_fallback=bool(p["hub_fallback"]),
+                            stale_after=max(90.0, 3 * float(p["stall_timeout"])))
+        result["fanout_position"] = sources.me
+        result["fanout_parent"] = sources.parent()
     already = journaled_bytes(dest, to_fetch) if os.path.isdir(state_dir) else 0
     need = max(0, result["bytes_to_fetch"] - already) + int(p["free_space_margin_mb"]) * MiB
     free = free_bytes(dest)
@@ -212,7 +237,11 @@ def sync(params, check_mode=False, python=None):
     if check_mode:
         result["changed"] = would_change
         result["space_ok"] = free >= need
-        result["msg"] = plan_message(name, p["endpoint"], to_fetch, to_adopt, stale_manifest, len(vouched_before))
+        where = p["endpoint"]
+        if sources is not None and not sources.is_root:
+            where = "peer %s (fan-out %d; other earlier hosts%s)" % (sources.parent(), sources.fanout,
+                                                                   ", then the Hub" if p["hub_fallback"] else "")
+        result["msg"] = plan_message(name, where, to_fetch, to_adopt, stale_manifest, len(vouched_before))
         return result
     if free < need:
         raise SyncError("not enough space in %s: %d bytes free, %d needed (%d to fetch - %d already "
@@ -245,6 +274,7 @@ def sync(params, check_mode=False, python=None):
                     eta=(total - now_done) / rate if rate > 0 else None,
                     stalls=stats.get("stalls", 0), transfer_failures=stats.get("failures", 0),
                     range_ignored=stats.get("range_ignored", 0),
+                    bytes_by_source=dict(stats.get("bytes_by_source") or {}),
                     last_error=(stats.get("errors") or [None])[-1])
         hf_progress.write(progress_path, prog)
 
@@ -290,7 +320,7 @@ def sync(params, check_mode=False, python=None):
                               chunk_size=int(p["chunk_size_mb"]) * MiB, stall_timeout=float(p["stall_timeout"]),
                               retries=int(p["retries"]), hash_retries=int(p["hash_retries"]),
                               backoff=float(p["backoff"]), backoff_max=float(p["backoff_max"]), python=python,
-                              progress=report, on_verified=on_verified)
+                              progress=report, on_verified=on_verified, sources=sources)
             stats = fetcher.run(to_fetch)
         changed_rev = stale_manifest
         manifest.revision = sha
@@ -306,9 +336,19 @@ def sync(params, check_mode=False, python=None):
                       range_ignored=stats.get("range_ignored", 0),
                       range_ignored_files=stats.get("range_ignored_files", [])[:50],
                       whole_body_streams=stats.get("streams", 0),
+                      bytes_by_source=stats.get("bytes_by_source", {}),
+                      files_by_source=stats.get("files_by_source", {}),
+                      peer_failures=stats.get("peer_failures", 0),
+                      peer_hash_mismatches=stats.get("peer_hash_mismatches", [])[:50],
                       seconds=round(time.monotonic() - started, 3), fetched=fetched[:200])
         result["msg"] = "%s: %s fetched (%s received), %s adopted; all %s vouched for by the manifest" % (
             name, _files(len(fetched)), human_size(result["bytes_fetched"]), _files(len(adopted)), _files(len(files)))
+        if sources is not None and result["bytes_by_source"]:
+            result["msg"] += "; received from %s" % ", ".join(
+                "%s %s" % (src, human_size(n)) for src, n in sorted(result["bytes_by_source"].items()))
+        if result["peer_hash_mismatches"]:
+            result["msg"] += "; bad copies caught and fetched again: %s" % ", ".join(
+                "%s from %s" % (m["file"], m["peer"]) for m in result["peer_hash_mismatches"][:5])
         if result["range_ignored"]:
             result["msg"] += ("; the server ignored Range %d time%s (answered with the whole file: used, then "
                               "sha256-checked): %s" % (result["range_ignored"],

@@ -127,6 +127,16 @@ class Manifest:
             return False
         return st.st_size == remote.size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns")
 
+    def vouches_stat(self, path, st):
+        """The record of `path` when `st` (an os.stat_result of the file) still has the recorded size and mtime_ns
+        (the rule of is_current, without a RemoteFile), else None."""
+        rec = self.files.get(path)
+        if not isinstance(rec, dict):
+            return None
+        if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
+            return rec
+        return None
+
     def record(self, remote, local, sha256, revision):
         st = os.stat(local)
         self.files[remote.path] = {"size": st.st_size, "sha256": sha256, "blob_sha1": remote.blob_sha1,
