@@ -9,6 +9,13 @@ if str(ROOT) not in sys.path:
 # The controller venv's tools (ansible-playbook, molecule) come first, whoever started pytest.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+# The SGLang stand-in writes a compile cache under its HOME on a cold start, as real SGLang does
+# (lab/sglang_standin/sglang_standin/jit_cache.py); stand-ins that tests start here keep it out of the runner's home.
+_JIT_TMP = __import__("tempfile").mkdtemp(prefix="standin-jit-")
+__import__("atexit").register(__import__("shutil").rmtree, _JIT_TMP, True)
+for _var, _sub in (("TRITON_CACHE_DIR", "triton"), ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+                   ("TVM_FFI_CACHE_DIR", "tvm-ffi"), ("SGLANG_CACHE_DIR", "sglang")):
+    os.environ.setdefault(_var, os.path.join(_JIT_TMP, _sub))
 
 
 import json  # noqa: E402

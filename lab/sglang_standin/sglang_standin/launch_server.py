@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sglang_standin import __version__, engine
+from sglang_standin import __version__, engine, jit_cache
 from sglang_standin import server_args as _server_args
 from sglang_standin.server_args import ServerArgs, prepare_server_args
 
@@ -561,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     if stop.wait(load_s):
         return 0
     log("Load weight end.")
+    # real SGLang JIT-compiles its kernels into HOME here (during CUDA graph capture): a warm cache skips that
+    if jit_cache.warm_up(args, env_float("SGLANG_STANDIN_COMPILE_S", 2.0), stop.wait, log):
+        return 0
     spec_budget = args.speculative_ddtree_budget or 0
     if not args.disable_cuda_graph:
         log("Capture cuda graph begin. This can take up to several minutes.")
