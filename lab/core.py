@@ -519,14 +519,7 @@ class Lab:
             while _pid_alive(host.pid, "systemd-nspawn") and time.monotonic() < deadline:
                 time.sleep(0.1)
         # Whatever is left in the machine's cgroups (a stuck nspawn, strays) is killed, then the cgroups go.
-        for _ in range(50):
-            pids = self._cgroup_pids(host.machine)
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
+        self._kill_all(host.machine)
         for d in self._cgroup_dirs(host.machine):
             if d.exists():
                 for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
@@ -573,15 +566,20 @@ class Lab:
         `up()` boots it again afresh."""
         state = state or self.state()
         machine = state["hosts"][host]["machine"]
+        if not self._kill_all(machine):
+            raise LabError(f"{host}: processes still alive after SIGKILL: {sorted(self._cgroup_pids(machine))[:10]}")
+
+    def _kill_all(self, machine: str) -> bool:
+        """SIGKILL every process in the machine's cgroups until none is left (bounded: 5 s); True when none is."""
         for _ in range(50):
             pids = self._cgroup_pids(machine)
             if not pids:
-                return
+                return True
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
-        raise LabError(f"{host}: processes still alive after SIGKILL: {sorted(self._cgroup_pids(machine))[:10]}")
+        return not self._cgroup_pids(machine)
 
     @staticmethod
     def _unmount_under(path: Path) -> None:

@@ -316,20 +316,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.hf_sync import SyncError, sync
-    from ansible.module_utils.hf_hub import HubError
+    from ansible.module_utils.hf_hub import REPO_ARGS, HubError
 except ImportError:  # pragma: no cover - plain python (tests) path
     from module_utils.hf_sync import SyncError, sync
-    from module_utils.hf_hub import HubError
+    from module_utils.hf_hub import REPO_ARGS, HubError
 
 ARGS = dict(
-    repo_id=dict(type="str", required=True),
-    repo_type=dict(type="str", choices=["model", "dataset"], default="model"),
-    revision=dict(type="str", default="main"),
+    REPO_ARGS,
     dest=dict(type="path", required=True),
-    endpoint=dict(type="str", default="https://huggingface.co"),
-    token=dict(type="str", no_log=True),
-    allow_patterns=dict(type="list", elements="str", default=[]),
-    ignore_patterns=dict(type="list", elements="str", default=[]),
     verify=dict(type="str", choices=["quick", "full"], default="quick"),
     fetch=dict(type="bool", default=True),
     lanes=dict(type="int", default=2),

@@ -88,19 +88,11 @@ bytes_total:
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from ansible.module_utils.hf_hub import HubError, hub_tree
+    from ansible.module_utils.hf_hub import REPO_ARGS, HubError, hub_tree
 except ImportError:  # pragma: no cover - plain python (tests) path
-    from module_utils.hf_hub import HubError, hub_tree
+    from module_utils.hf_hub import REPO_ARGS, HubError, hub_tree
 
-ARGS = dict(
-    repo_id=dict(type="str", required=True),
-    repo_type=dict(type="str", choices=["model", "dataset"], default="model"),
-    revision=dict(type="str", default="main"),
-    endpoint=dict(type="str", default="https://huggingface.co"),
-    token=dict(type="str", no_log=True),
-    allow_patterns=dict(type="list", elements="str", default=[]),
-    ignore_patterns=dict(type="list", elements="str", default=[]),
-)
+ARGS = REPO_ARGS
 
 
 def main():

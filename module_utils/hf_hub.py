@@ -383,3 +383,15 @@ def tree_from_dicts(tree):
     if not files:
         raise HubError("handed tree of %s lists no file" % tree["sha"], code="BadInput")
     return tree["sha"], files
+
+
+# The Ansible argument spec of a Hub repository selection, shared by library/hf_model.py and library/hf_tree.py.
+REPO_ARGS = dict(
+    repo_id=dict(type="str", required=True),
+    repo_type=dict(type="str", choices=list(REPO_TYPES), default="model"),
+    revision=dict(type="str", default="main"),
+    endpoint=dict(type="str", default="https://huggingface.co"),
+    token=dict(type="str", no_log=True),
+    allow_patterns=dict(type="list", elements="str", default=[]),
+    ignore_patterns=dict(type="list", elements="str", default=[]),
+)

@@ -88,7 +88,7 @@ def test_check_mode_on_a_fresh_host_reports_bytes_to_fetch_then_nothing_after_a_
     assert fetch["_event"] == "runner_on_ok" and fetch["changed"], fetch
     names = set()
     for r in fetch["results"]:
-        name = r["models_plan_item"]["models_item"]["name"]
+        name = r["models_check_item"]["models_item"]["name"]
         names.add(name)
         assert r["changed"] and r["would_change"], r
         assert r["files_to_fetch"] == r["files_total"] > 0 and r["bytes_to_fetch"] == r["bytes_total"] > 0, r

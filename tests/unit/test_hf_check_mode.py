@@ -229,7 +229,7 @@ def test_role_check_mode_is_truthful_before_and_after_a_real_run(hub, tmp_path):
     changed = run.changed_tasks()
     assert {"Create the tool venv", "Report the packages a real run would install into the tool venv (check mode)",
             "Create the models root", CHECK_FETCH} <= set(changed), changed
-    per_model = {r["models_plan_item"]["models_item"]["name"]: r for r in run.result(CHECK_FETCH)["results"]}
+    per_model = {r["models_check_item"]["models_item"]["name"]: r for r in run.result(CHECK_FETCH)["results"]}
     for name in ("Small", "Draft"):
         r = per_model[name]
         assert r["changed"] and r["bytes_to_fetch"] == r["bytes_total"] > 0 and r["files_to_fetch"] == r["files_total"]
