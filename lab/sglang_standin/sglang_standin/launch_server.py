@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sglang_standin import __version__, engine, jit_cache
+from sglang_standin import __version__, engine, jit_cache, multinode
 from sglang_standin import server_args as _server_args
 from sglang_standin.server_args import ServerArgs, prepare_server_args
 
@@ -530,6 +530,7 @@ def hang(reason: str, stop: threading.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = prepare_server_args(sys.argv[1:] if argv is None else argv)
     state = State(args)
+    args.check_server_args()  # real: Engine._launch_subprocesses, before the server_args line
     log(f"server_args={args!r}")
     load_s = env_float("SGLANG_STANDIN_LOAD_S", 2.0)
     warmup_s = env_float("SGLANG_STANDIN_WARMUP_S", 1.0)
@@ -537,6 +538,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
 
     def on_term(signum, _frame):
+        if signum == signal.SIGTERM and (args.node_rank or 0) >= 1:
+            # real ranks >= 1 install no SIGTERM handler (no tokenizer manager): the process dies of the signal
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         if signum == signal.SIGTERM:  # real 0.5.11 (SignalHandler.sigterm_handler, an asyncio handler: no args)
             log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
         else:
@@ -552,6 +558,19 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
 
+    # Multi-node (multinode.py): the group forms before the weights load (real: init_torch_distributed in
+    # ModelRunner.__init__); nothing listens on --port meanwhile; a member lost later ends this node (exit -9).
+    http_up = threading.Event()
+    if multinode.is_multinode(args):
+        try:
+            group = multinode.Group(args, log, stop)
+            group.on_lost = lambda err: multinode.die(err, log, running=http_up.is_set())
+            if not group.form():
+                return 0
+        except ValueError as exc:  # a malformed --dist-init-addr (real: NetworkAddress.parse in the scheduler)
+            multinode.die(multinode.GroupError("ValueError", str(exc)), log)
+        except multinode.GroupError as exc:
+            multinode.die(exc, log)
     log(f"Load weight begin. model_path={args.model_path} tp_size={args.tp_size}")
     if state.fault == "crash_loading":
         stop.wait(load_s / 2)
@@ -582,12 +601,14 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(min(0.5, warmup_s))
         crash("tokenizer_manager", "detokenizer died right after bind (stand-in fault bind_then_die)")
 
-    httpd = Server((args.host, args.port), make_handler(state))
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    log(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
-    if args.node_rank >= 1:
-        log("Non-zero node rank: serving a dummy /health only.")
+    if (args.node_rank or 0) >= 1:  # real ranks >= 1: no API, a dummy /ping, /health, /health_generate only
+        httpd = multinode.dummy_health_server(args.host, args.port, bool(args.enable_metrics), log)
     else:
+        httpd = Server((args.host, args.port), make_handler(state))
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        log(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+        http_up.set()
+    if (args.node_rank or 0) == 0:
         log("Start of warmup: /health answers 503 until it finishes.")
         if state.fault == "crash_warmup":
             stop.wait(warmup_s / 2)
