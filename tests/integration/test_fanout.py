@@ -137,8 +137,11 @@ def test_six_hosts_from_one_hub_copy_then_a_rerun_moves_nothing(lab, hub):
         lab.set_link(host, 200)  # each host: 200 Mbit/s each way
     run = play(lab, hub)
     assert run.rc == 0, run.failures()
+    stats = hub.stats()  # before this test reads the trees itself
     assert_correct(lab, hub, FLEET_HOSTS)
-    served = hub.stats()["bytes"]
+    # the controller read each tree once for the fleet; no host asked the Hub for a revision or a tree
+    assert stats["api"] == {"revision": len(MODELS), "tree": len(MODELS)}, stats["api"]
+    served = stats["bytes"]
     copy = one_copy(hub)
     assert copy <= served < copy + (1 << 20), f"the Hub served {served} bytes for a {copy}-byte copy"
     sources = {}
