@@ -1,11 +1,11 @@
-"""python -m lab up|down|status [--name NAME] [--subnet CIDR]"""
+"""python -m lab up|down|status [--name NAME] [--hosts SET] [--subnet CIDR]"""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 
-from lab.core import Lab, LabError
+from lab.core import Lab, LabError, host_set
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,9 +13,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("verb", choices=("up", "down", "status"))
     parser.add_argument("--name", help="lab name (default: $LAB_NAME or 'default'); labs with different names coexist")
     parser.add_argument("--subnet", help="IPv4 /24 to use (default: the first unused one in 10.213.0.0/16)")
+    parser.add_argument("--hosts", help="host set (lab/core.py HOST_SETS: default, fleet, router, multinode; default: "
+                                         "$LAB_HOSTS or 'default')")
     args = parser.parse_args(argv)
     try:
-        lab = Lab(args.name, subnet=args.subnet)
+        lab = Lab(args.name, hosts=host_set(args.hosts) if args.hosts else None, subnet=args.subnet)
         if args.verb == "up":
             lab.up()
         elif args.verb == "down":

@@ -52,6 +52,12 @@ SUBNET_POOL = ipaddress.ip_network("10.213.0.0/16")
 DEFAULT_HOSTS = ("b300-lab", "ct200-lab")
 # The fleet lab (inventory/fleet-lab): six like hosts for the fan-out of weights (LAB_NAME of its own).
 FLEET_HOSTS = tuple(f"fleet{i}" for i in range(1, 7))
+# The router lab (inventory/router-lab): SGLang's router on router1 in front of two serving hosts.
+ROUTER_LAB_HOSTS = ("router1", "serve1", "serve2")
+# The multi-node lab (inventory/multinode-lab): one serving group of two ranks, mn0 (rank 0) and mn1.
+MULTINODE_HOSTS = ("mn0", "mn1")
+# Host sets by name, for `python -m lab up --hosts NAME` and LAB_HOSTS=NAME (molecule scenarios).
+HOST_SETS = {"default": DEFAULT_HOSTS, "fleet": FLEET_HOSTS, "router": ROUTER_LAB_HOSTS, "multinode": MULTINODE_HOSTS}
 # Test doubles the lab runs on its gateway for the whole lab's life (hosts reach them directly, no proxy):
 # name -> (port, argv after `python -m`). "{gateway}", "{port}" and "{dir}" are filled in at start.
 LAB_SERVICES = {
@@ -143,12 +149,19 @@ def subnet_in_use(subnet: ipaddress.IPv4Network) -> str | None:
     return None
 
 
+def host_set(name: str) -> tuple[str, ...]:
+    """The hosts of a named set (HOST_SETS): how `--hosts` and LAB_HOSTS pick a lab's machines."""
+    if name not in HOST_SETS:
+        raise LabError(f"unknown host set {name!r}: one of {sorted(HOST_SETS)}")
+    return HOST_SETS[name]
+
+
 class Lab:
-    def __init__(self, name: str | None = None, hosts: tuple[str, ...] = DEFAULT_HOSTS, subnet: str | None = None):
+    def __init__(self, name: str | None = None, hosts: tuple[str, ...] | None = None, subnet: str | None = None):
         self.name = name or os.environ.get("LAB_NAME", "default")
         if not self.name.replace("-", "").replace("_", "").isalnum() or len(self.name) > 40:
             raise LabError(f"lab name {self.name!r} must be letters, digits, '-' or '_' (at most 40): pick another LAB_NAME.")
-        self.hosts = hosts
+        self.hosts = hosts if hosts is not None else host_set(os.environ.get("LAB_HOSTS", "default"))
         self.requested_subnet = subnet or os.environ.get("LAB_SUBNET")
         self.dir = STATE_ROOT / self.name
         self.state_file = self.dir / "state.json"

@@ -1,0 +1,1 @@
+../lab/lab_connection.py
