@@ -151,11 +151,16 @@ node_rank: {description: its node rank., type: int, returned: failure}
 phase: {description: "phase at failure (rank 0's own phase, waiting for ranks, settling).", type: str,
         returned: failure}
 detect_s: {description: seconds the dead rank had been silent at the verdict., type: float, returned: failure}
+failed_at: {description: "wall-clock time (epoch seconds, this host's clock) of the verdict: compare with when a rank
+             died.", type: float, returned: failure}
+waited_s: {description: seconds from the call to the verdict., type: float, returned: failure}
 lost_line: {description: "rank 0's journal line that named the lost rank (empty when none did).", type: str,
             returned: failure}
 unit: {description: rank 0's unit state (when rank 0 is the one)., type: dict, returned: failure}
 journal: {description: rank 0's journal tail (when rank 0 is the one)., type: list, returned: failure}
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -249,10 +254,12 @@ def main():
         module.fail_json(msg=exc.message, kind=exc.kind, failed_rank=exc.rank, node_rank=exc.node_rank,
                          phase=exc.phase, detect_s=ev.get("detect_s"), ranks=ev.get("ranks", []),
                          unit=ev.get("unit", {}), journal=ev.get("journal", []), phases=ev.get("phases", []),
-                         lost_line=ev.get("lost_line", ""))
+                         lost_line=ev.get("lost_line", ""), failed_at=ev.get("failed_at"),
+                         waited_s=ev.get("waited_s"))
     except SystemdError as exc:
         module.fail_json(msg=str(exc), kind="error", failed_rank=p["rank0_name"], node_rank=0, phase="systemctl",
-                         detect_s=None, ranks=[], unit={}, journal=[], phases=[], lost_line="")
+                         detect_s=None, ranks=[], unit={}, journal=[], phases=[], lost_line="", failed_at=time.time(),
+                         waited_s=None)
     module.exit_json(changed=action is not None, **result)
 
 

@@ -17,8 +17,9 @@ description:
     not as a failure: the other ranks' TCP connect to that listener is then the reachability check."
   - "Other ranks connect (at most I(connect_attempts) tries) and read the handshake; they send nothing unless it is
     this run's, so a running server's listener only sees a connect (I(reach=connected))."
-  - With I(rank_facts) (driver, CUDA, venv hash per rank, from the controller) it fails on any mismatch, naming the
-    ranks.
+  - Returns this host's own I(facts) (NVIDIA driver, CUDA toolkit version, venv content hash) for the controller to
+    compare across ranks; with I(rank_facts) (driver, CUDA, venv hash per rank, from the controller) it fails on any
+    mismatch itself, naming the ranks.
   - Check mode runs the read-only parts (route, environment, facts, who holds the port); the listener and the
     connects do not run (I(reach=skipped)).
   - Every problem found is reported together, after the port check, so one run shows all of them.
@@ -73,6 +74,18 @@ options:
     description: "C({rank: {driver, cuda, venv_hash}}) for every rank; any difference fails."
     type: dict
     default: {}
+  cuda_home:
+    description: "the CUDA toolkit whose C(version.json) (or C(version.txt)) names this host's CUDA version (I(facts))."
+    type: str
+    default: ""
+  venv_digest_path:
+    description: "the venv's content hash file (written by the venv role at every swap) read into I(facts)."
+    type: str
+    default: ""
+  gpus_expected:
+    description: "false on a host that declares no GPU (the lab): a missing driver and toolkit read C(none), not empty."
+    type: bool
+    default: true
 author: [sglang-deploy]
 """
 
@@ -113,6 +126,8 @@ missing_peers: {description: "rank 0: expected peers that did not.", type: list,
 attempts: {description: connect attempts used (other ranks)., type: int, returned: always}
 seconds: {description: seconds spent listening or connecting., type: float, returned: always}
 mismatches: {description: "rank_facts differences: key, values per rank, detail.", type: list, returned: always}
+facts: {description: "this host's {driver, cuda, venv_hash} (empty string = not found).", type: dict,
+        returned: always}
 problems: {description: every problem found (empty on success)., type: list, returned: always}
 """
 
@@ -122,10 +137,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 try:
     from ansible.module_utils.sglang_multinode import (MultinodeError, connect, consistency, listen, port_state,
-                                                       route_to, socket_env, socket_ifname_problems)
+                                                       rank_facts, route_to, socket_env, socket_ifname_problems)
 except ImportError:
-    from module_utils.sglang_multinode import (MultinodeError, connect, consistency, listen, port_state, route_to,
-                                               socket_env, socket_ifname_problems)
+    from module_utils.sglang_multinode import (MultinodeError, connect, consistency, listen, port_state, rank_facts,
+                                               route_to, socket_env, socket_ifname_problems)
 
 
 def main():
@@ -143,13 +158,17 @@ def main():
             connect_timeout=dict(type="float", default=2.0),
             environment=dict(type="dict", default={}),
             rank_facts=dict(type="dict", default={}),
+            cuda_home=dict(type="str", default=""),
+            venv_digest_path=dict(type="str", default=""),
+            gpus_expected=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
     p = module.params
     result = dict(changed=False, interface="", address="", rank0_address=p["rank0_address"], via="", route="",
                   socket_env={}, reach="skipped", port_in_use=None, port_holders=[], peers=[], missing_peers=[],
-                  attempts=0, seconds=0.0, mismatches=[], problems=[])
+                  attempts=0, seconds=0.0, mismatches=[], problems=[],
+                  facts=rank_facts(p["cuda_home"], p["venv_digest_path"], p["gpus_expected"]))
     if not 1 <= p["dist_init_port"] <= 65535:
         module.fail_json(msg=f"dist_init_port={p['dist_init_port']} is out of range 1..65535", **result)
     if not 0 < p["listen_seconds"] <= 600 or p["connect_attempts"] < 1 or p["retry_interval"] < 0 \

@@ -45,7 +45,7 @@ KEY_FIELDS = ("gpu_name", "compute_capability", "driver_version", "cuda_version"
               "patch_series_hash", "torch_version", "venv_digest", "tp_size", "ep_size", "kernel_flags")
 INT_FIELDS = ("tp_size", "ep_size")
 # Flags that cannot change which kernels are compiled or how: where the server listens, who may call it, how it
-# logs and names itself, its chat/tool/reasoning text formats. Small and conservative on purpose: a flag missing here
+# logs and names itself, its chat/tool/reasoning text formats, its place in a multi-node group. Small and conservative on purpose: a flag missing here
 # only costs a cache miss, a wrong entry would install kernels built for another configuration. Every flag named
 # here exists in every committed schema (schemas/sglang/*.json; tests/unit/test_compile_cache.py checks it).
 NON_KERNEL_FLAGS = frozenset((
@@ -53,6 +53,8 @@ NON_KERNEL_FLAGS = frozenset((
     "--log-level", "--log-level-http", "--log-requests", "--log-requests-level", "--decode-log-interval",
     "--enable-metrics", "--watchdog-timeout",
     "--chat-template", "--tool-call-parser", "--reasoning-parser",
+    # a multi-node group's ranks run the same shards' shapes: where rank 0 is and which rank this is are networking
+    "--node-rank", "--dist-init-addr", "--nccl-init-addr",
 ))
 TP_FLAGS = ("--tensor-parallel-size", "--tp-size")
 EP_FLAGS = ("--expert-parallel-size", "--ep-size", "--ep")

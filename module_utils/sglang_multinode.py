@@ -284,6 +284,54 @@ def consistency(facts_by_rank: dict, keys=RANK_FACT_KEYS) -> list[dict]:
     return mismatches
 
 
+def rank_facts(cuda_home: str = "", venv_digest_path: str = "", gpus_expected: bool = True,
+               driver_files=("/sys/module/nvidia/version", "/proc/driver/nvidia/version")) -> dict:
+    """This host's {"driver", "cuda", "venv_hash"} for consistency(): the loaded NVIDIA kernel module's version
+    (/sys/module/nvidia/version, else the 'Kernel Module  X' of /proc/driver/nvidia/version), the CUDA toolkit's
+    version at cuda_home (version.json, else version.txt), the venv's content hash (the venv role's digest file).
+    A fact the host lacks is "" (consistency() then refuses it), except that a host declaring no GPU
+    (gpus_expected=False, the lab) has "none" for a missing driver and toolkit, so such ranks still compare."""
+    driver = ""
+    for path in driver_files:
+        text = _read_text(path)
+        if not text:
+            continue
+        m = re.search(r"Kernel Module(?: for [a-z0-9_]+)?\s+([0-9][0-9.]*)", text)
+        driver = m.group(1) if m else (text.split()[0] if re.match(r"^[0-9][0-9.]*$", text.split()[0]) else "")
+        if driver:
+            break
+    cuda = ""
+    if cuda_home:
+        try:
+            with open(os.path.join(cuda_home, "version.json"), encoding="utf-8") as fh:
+                cuda = str(json.load(fh)["cuda"]["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            m = re.search(r"CUDA Version\s+([0-9.]+)", _read_text(os.path.join(cuda_home, "version.txt")))
+            cuda = m.group(1) if m else ""
+    if not gpus_expected:
+        driver, cuda = driver or "none", cuda or "none"
+    return {"driver": driver, "cuda": cuda, "venv_hash": _read_text(venv_digest_path) if venv_digest_path else ""}
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def plan_problems(ranks, dist_init_port, tp, pp, service_port=None) -> list[str]:
+    """Why group_plan() refuses these ranks (its message), or a dist-init port equal to the HTTP --port; [] = fine."""
+    try:
+        group_plan(ranks, dist_init_port, tp, pp)
+    except MultinodeError as exc:
+        return [exc.message]
+    if service_port not in (None, "") and str(service_port).strip() == str(dist_init_port).strip():
+        return [f"dist_init_port={dist_init_port} is also the server's --port: rank 0 cannot hold both"]
+    return []
+
+
 # ================================================================ pure: which rank rank 0 lost
 # gloo's lines when a peer is gone (tests/fixtures/real_sglang/multinode-0.5.11.md): they name the peer's address,
 # not its rank; the lab stand-in adds "(stand-in: lost node rank N)".
@@ -595,7 +643,8 @@ class _Watcher(threading.Thread):
 
 
 def wait_group(gopts: GroupOptions, stale_invocation: str = "", stale_pid: int = 0,
-               probe: sglang_ready.Probe | None = None, rank_http=None, on_event: Callable | None = None) -> dict:
+               probe: sglang_ready.Probe | None = None, rank_http=None, on_event: Callable | None = None,
+               wall: Callable[[], float] = time.time) -> dict:
     """Block until rank 0 is ready (sglang_ready.wait_ready, run in a thread) and every rank >= 1 answers its
     health path, then watch all of them for `settle` seconds. Raises GroupError as soon as a rank that answered
     has not answered for `rank_dead_after` seconds (rank 0: also its unit failing, restarting or changing pid,
@@ -642,7 +691,8 @@ def wait_group(gopts: GroupOptions, stale_invocation: str = "", stale_pid: int =
 
     def evidence(now, **extra):
         return dict({"ranks": views(now), "phases": (ready0 or {}).get("phases", []), "unit": {}, "journal": [],
-                     "detect_s": None, "waited_s": round(now - started, 3), "lost_line": ""}, **extra)
+                     "detect_s": None, "waited_s": round(now - started, 3), "lost_line": "",
+                     "failed_at": round(wall(), 3)}, **extra)
 
     def rank0_failure(kind, phase_now, message, ev):
         """Rank 0 went down: when its journal says it lost a rank >= 1, that rank is the one to name."""

@@ -87,6 +87,47 @@ def test_plan_divisible_cases_pass():
     assert mn.group_plan(["a", "b", "c"], 5000, 3, 2)["c"]["nnodes"] == 3
 
 
+@pytest.mark.parametrize("ranks, port, tp, pp, http_port, words", [
+    (["a", "b"], 5000, 3, 1, 30001, ["tp=3 x pp=1 = 3 GPUs is not divisible by nnodes=2"]),
+    (["a", "b"], 5000, 8, 1, 5000, ["dist_init_port=5000 is also the server's --port"]),
+    (["a", "a"], 5000, 8, 1, None, ["duplicate host 'a'"]),
+    ([], 5000, 8, 1, None, ["empty serving group"]),
+])
+def test_plan_problems_are_messages_not_exceptions(ranks, port, tp, pp, http_port, words):
+    problems = mn.plan_problems(ranks, port, tp, pp, http_port)
+    assert len(problems) == 1 and all(w in problems[0] for w in words), problems
+
+
+def test_plan_problems_empty_for_a_good_group():
+    assert mn.plan_problems(["a", "b"], 5000, 8, 1, 30001) == [] and mn.plan_problems(["a", "b"], "5000", 16, 1) == []
+
+
+def test_rank_facts_read_driver_cuda_and_venv_hash(tmp_path):
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "version.json").write_text('{"cuda": {"name": "CUDA SDK", "version": "13.0.2"}}')
+    (tmp_path / "digest").write_text("abc123\n")
+    sys_version = tmp_path / "sys-version"
+    sys_version.write_text("580.95.05\n")
+    proc_version = tmp_path / "proc-version"  # the /proc/driver/nvidia/version form (real text of a 580 driver)
+    proc_version.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "
+                            "(dvs-builder@U22-I3-AF03-09-1)  Tue Sep 23 09:55:41 UTC 2025\nGCC version:  gcc 12\n")
+    facts = mn.rank_facts(str(tmp_path / "cuda"), str(tmp_path / "digest"), True, driver_files=(str(sys_version),))
+    assert facts == {"driver": "580.95.05", "cuda": "13.0.2", "venv_hash": "abc123"}
+    assert mn.rank_facts("", "", True, driver_files=(str(tmp_path / "none"), str(proc_version)))["driver"] == \
+        "580.95.05"
+    (tmp_path / "cuda" / "version.json").unlink()
+    (tmp_path / "cuda" / "version.txt").write_text("CUDA Version 12.8.1\n")
+    assert mn.rank_facts(str(tmp_path / "cuda"), "", True, driver_files=())["cuda"] == "12.8.1"
+    # missing: "" on a host that declares GPUs (consistency() refuses it), "none" on one that declares none
+    assert mn.rank_facts(str(tmp_path / "nope"), str(tmp_path / "nope"), True, driver_files=()) == {
+        "driver": "", "cuda": "", "venv_hash": ""}
+    assert mn.rank_facts(str(tmp_path / "nope"), str(tmp_path / "digest"), False, driver_files=()) == {
+        "driver": "none", "cuda": "none", "venv_hash": "abc123"}
+    assert mn.consistency({"r0": mn.rank_facts("", "", True, driver_files=()),
+                           "r1": mn.rank_facts("", "", True, driver_files=())})[0]["detail"] == \
+        "driver differs across ranks: missing on r0, r1"
+
+
 def test_pure_parts_load_by_path_on_the_controller(tmp_path):
     """A filter plugin loads module_utils files by path, where neither ansible.module_utils.X nor module_utils.X
     imports: the plan must still work there."""
@@ -341,6 +382,8 @@ def test_killed_rank1_fails_the_group_within_3s_naming_it(fakes):
     by_name = {r["name"]: r for r in err.evidence["ranks"]}
     assert by_name["r1"]["last_ok_ago_s"] >= 2.0 and by_name["r2"]["last_ok_ago_s"] < 1.0
     assert err.evidence["detect_s"] >= 2.0 and err.evidence["journal"] == []  # rank 1's journal is the controller's
+    # the verdict's wall-clock time, what a caller compares with when the rank died (time.time() of the kill)
+    assert abs(err.evidence["failed_at"] - (time.time() - (time.monotonic() - run.ended_at))) < 0.5
 
 
 def test_rank_dying_while_rank0_still_loads_fails_fast_naming_it(fakes):
@@ -578,6 +621,19 @@ def test_net_preflight_module_rank0_and_rank1_on_loopback(tmp_path):
     assert a["port_in_use"] is False and a["interface"] == "lo" and a["address"] == "127.0.0.1"
     assert b["reach"] == "handshake" and b["socket_env"] == {"NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo"}
     assert not a["changed"] and not b["changed"] and b["problems"] == []
+    assert set(a["facts"]) == {"driver", "cuda", "venv_hash"}
+
+
+@needs_ip
+def test_net_preflight_module_reports_this_hosts_facts(tmp_path):
+    (tmp_path / "digest").write_text("d1\n")
+    out = finish(start_module("sglang_net_preflight", {
+        "rank0_address": "127.0.0.1", "dist_init_port": free_port(), "cuda_home": str(tmp_path / "no-cuda"),
+        "venv_digest_path": str(tmp_path / "digest"), "gpus_expected": False}, tmp_path, check=True))
+    assert not out.get("failed"), out.get("msg")
+    assert out["facts"]["venv_hash"] == "d1" and out["facts"]["cuda"] == "none"
+    assert out["facts"]["driver"] == (out["facts"]["driver"] if os.path.exists("/sys/module/nvidia/version")
+                                      else "none")
 
 
 @needs_ip
