@@ -294,6 +294,7 @@ class Timing:
         self.slots = threading.BoundedSemaphore(max(1, max_running))
         self.lock = threading.Lock()
         self.running = 0
+        self.waiting = 0  # requests waiting for a running slot (SGLang's waiting queue)
         self.peak = 0  # the largest batch since the server was last idle
         self.on_shrink = on_shrink  # called (peak, running) each time a request leaves a batch
         self.generated = 0
@@ -307,8 +308,15 @@ class Timing:
 
     def stream(self, groups: list[list[str]], prompt_tokens: int) -> Iterator[list[str]]:
         """Yield token groups at the configured pace (the first after TTFT, then one per forward), holding one
-        running-request slot."""
-        with self.slots:
+        running-request slot (counted as waiting until a slot is free)."""
+        with self.lock:
+            self.waiting += 1
+        try:
+            self.slots.acquire()
+        finally:
+            with self.lock:
+                self.waiting -= 1
+        try:
             with self.lock:
                 self.running += 1
                 self.peak = max(self.peak, self.running)
@@ -331,6 +339,8 @@ class Timing:
                         self.peak = 0
                 if self.on_shrink is not None:
                     self.on_shrink(peak, running)
+        finally:
+            self.slots.release()
 
     def throughput(self) -> float:
         return self.generated / max(1e-6, time.monotonic() - self.started)

@@ -2,6 +2,7 @@
 `python -m sglang.launch_server`. Lifecycle and faults: see README.md."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -82,6 +83,23 @@ def _scheduler_resolved(args) -> dict:
     backend = args.attention_backend or "triton"
     return {"decode_attention_backend": backend, "prefill_attention_backend": backend,
             "pp_max_micro_batch_size": args.max_running_requests or 48}
+
+
+def loads_answer(state, args) -> dict:
+    """GET /v1/loads as SGLang 0.5.11 answers it (sglang/srt/entrypoints/v1_loads.py; recorded from the real server in
+    tests/fixtures/real_sglang/loads/): one entry per DP rank (one here), counted live by the scheduler, and the
+    aggregate over ranks. Only the "core" section exists here; other sections are left out as unset ones are."""
+    with state.timing.lock:
+        running, waiting = state.timing.running, state.timing.waiting
+    load = {"num_running_reqs": running, "num_waiting_reqs": waiting, "num_used_tokens": 0,
+            "num_total_tokens": 0, "max_total_num_tokens": 1281809, "token_usage": 0.0,
+            "gen_throughput": round(state.timing.throughput(), 2), "cache_hit_rate": 0.0, "utilization": 0.0,
+            "max_running_requests": args.max_running_requests or 48, "num_total_reqs": running + waiting}
+    return {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": __version__,
+            "dp_rank_count": 1, "loads": [load],
+            "aggregate": {"total_running_reqs": running, "total_waiting_reqs": waiting, "total_reqs": running + waiting,
+                          "total_used_tokens": 0, "total_tokens": 0, "avg_token_usage": 0.0,
+                          "avg_throughput": load["gen_throughput"], "avg_utilization": 0.0}}
 
 
 def server_args_dict(args) -> dict:
@@ -356,6 +374,8 @@ def make_handler(state: State):
                              "max_req_input_len": (args.context_length or 8192) - 6,
                              "internal_states": [internal], "version": __version__})
                 return self._send(200, info)
+            if path == "/v1/loads":
+                return self._send(200, loads_answer(state, args))
             if path == "/metrics":
                 return self._send(200, (
                     f"sglang:num_running_reqs {state.timing.running}\n"
@@ -496,6 +516,12 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        """A client that hung up mid-answer (a health probe dropped by an exiting watcher) is not a server error."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def crash(where: str, detail: str) -> None:
