@@ -188,11 +188,15 @@ class RouterClient:
                 "expected_unhealthy": expected_unhealthy, "health": health, "workers": listed, "why": why}
 
     def wait_ready(self, min_healthy: int = 1, timeout: float = 60.0, expected: list | None = None,
-                   interval: float = 0.5) -> dict:
-        """Poll readiness() until ok; bounded. Raises RouterError('timeout') with the last look as evidence."""
+                   interval: float = 0.5, watch: Callable | None = None) -> dict:
+        """Poll readiness() until ok; bounded. Raises RouterError('timeout') with the last look as evidence.
+        `watch()` (optional) runs before every look and raises RouterError to end the wait at once (e.g. the
+        router's unit died: unit_watch below)."""
         started = self.clock()
         polls = 0
         while True:
+            if watch is not None:
+                watch()
             look = self.readiness(min_healthy, expected)
             polls += 1
             if look["ok"]:
@@ -236,3 +240,27 @@ class RouterClient:
                                   f"{timeout:.1f}s ({rounds} rounds; counters {now})",
                                   {"counters": now, "answers": self.answers})
             self.sleep(interval)
+
+
+def unit_watch(unit: str, show: Callable, journal: Callable, journal_lines: int = 40) -> Callable:
+    """A wait_ready watch for the router's systemd unit: the first look pins its main pid and invocation; the wait
+    ends (RouterError kind "failed", with the unit's state and that invocation's journal) at the first poll where
+    the unit is not active/running, its main pid changed, or systemd restarted it. `show(unit)` returns a
+    module_utils.systemd_unit.UnitState, `journal(unit, invocation_id, lines)` a list of lines."""
+    pinned: dict = {}
+
+    def watch():
+        state = show(unit)
+        if not pinned and state.running:
+            pinned.update(pid=state.main_pid, invocation=state.invocation_id, restarts=state.n_restarts)
+        why = ""
+        if not state.running:
+            why = (f"{unit} is {state.active_state}/{state.sub_state}" +
+                   (f": {state.exit_description}" if state.exec_main_code else ""))
+        elif pinned and (state.main_pid != pinned["pid"] or state.n_restarts > pinned["restarts"]):
+            why = (f"{unit} was restarted while waiting (main pid {pinned['pid']} -> {state.main_pid}, "
+                   f"NRestarts {pinned['restarts']} -> {state.n_restarts})")
+        if why:
+            lines = journal(unit, pinned.get("invocation") or state.invocation_id, journal_lines)
+            raise RouterError("failed", why, {"unit": state.summary(), "journal": lines})
+    return watch
