@@ -174,6 +174,20 @@ def test_a_partial_group_is_refused(held_then_ready, lab):
     assert {h: (main_pid(lab, h), unit_digest(lab, h)) for h in MULTINODE_HOSTS} == before
 
 
+def test_a_rolling_change_of_a_multi_node_group_is_refused_before_any_change(held_then_ready, lab):
+    """playbooks/rolling.yml changes hosts one batch at a time behind the router; a group's ranks restart together,
+    so the roll refuses it at its start, naming the hosts."""
+    before = {h: (main_pid(lab, h), unit_digest(lab, h)) for h in MULTINODE_HOSTS}
+    run = run_playbook(lab, "playbooks/rolling.yml", inventory=INVENTORY, extravars={
+        "rolling_apply": {"sglang_service_server_overrides": {"context_length": 16384}}})
+    assert run.rc != 0
+    failure = run.result("Multi-node serving groups are not rolled here (their ranks restart together; "
+                         "playbooks/service.yml does it)")
+    assert failure["_event"] == "runner_on_failed" and "['mn0', 'mn1'] belong to multi-node" in failure["msg"]
+    assert run.stats().get("changed", {}) == {}
+    assert {h: (main_pid(lab, h), unit_digest(lab, h)) for h in MULTINODE_HOSTS} == before
+
+
 def test_killing_rank1_fails_the_groups_readiness_within_3s_with_rank1s_journal(held_then_ready, lab):
     old = {h: main_pid(lab, h) for h in MULTINODE_HOSTS}
     box: dict = {}
