@@ -31,6 +31,40 @@ def _lab_registry():
             lab.down(log=lambda *_: None)
 
 
+# (module name, lab name) of every collected test module, in run order: a lab goes down after the last module that
+# uses it. Each booted host runs its own systemd, and each systemd takes inotify instances from the one per-user
+# pool (fs.inotify.max_user_instances, 128 by default): with every lab of the suite kept up to the end, the hosts
+# booted late failed with "Failed to allocate manager object".
+_MODULE_LABS: list[tuple[str, str]] = []
+
+
+def _module_lab_name(module) -> str:
+    return getattr(module, "LAB_NAME", os.environ.get("ITEST_LAB_NAME", "itest"))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    seen = set()
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__ not in seen:
+            seen.add(module.__name__)
+            _MODULE_LABS.append((module.__name__, _module_lab_name(module)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_labs(request, _lab_registry):
+    """After a module (its own fixtures torn down first): take down every lab no later module uses (LAB_KEEP=1
+    keeps them)."""
+    yield
+    if os.environ.get("LAB_KEEP") == "1":
+        return
+    names = [m for m, _ in _MODULE_LABS]
+    here = request.module.__name__
+    later = {lab for _, lab in _MODULE_LABS[names.index(here) + 1:]} if here in names else set()
+    for name in [n for n in _lab_registry if n not in later]:
+        _lab_registry.pop(name).down(log=lambda *_: None)
+
+
 @pytest.fixture(scope="module")
 def lab(request, _lab_registry) -> Lab:
     """An up lab (hosts b300-lab and ct200-lab). Module attribute LAB_NAME picks which one."""
