@@ -93,7 +93,8 @@ def test_no_loads_endpoint_or_a_wrong_key_fails_at_once(status, kind):
 
 
 def test_the_standin_counts_running_and_waiting_requests_live(tmp_path):
-    """The stand-in with max_running_requests 2 and 4 slow generations: 2 running + 2 waiting, then 0."""
+    """The stand-in with max_running_requests 2 and 4 slow generations (2 s each: the last two wait 2 s for a slot,
+    a window 40 polls wide): 2 running + 2 waiting, then 0."""
     import socket
     import subprocess
     import os
@@ -115,7 +116,7 @@ def test_the_standin_counts_running_and_waiting_requests_live(tmp_path):
         assert sglang_http.call(url, LOADS_PATH).status == 401  # not an open path, as in SGLang
         done = []
         threads = [threading.Thread(target=lambda: done.append(sglang_http.call(
-            url, "/generate", "POST", {"text": "hi", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}},
+            url, "/generate", "POST", {"text": "hi", "sampling_params": {"max_new_tokens": 100, "ignore_eos": True}},
             api_key="k", timeout=30).status)) for _ in range(4)]
         for t in threads:
             t.start()
