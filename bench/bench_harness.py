@@ -1,4 +1,4 @@
-"""Benchmark of the built-in load harness (module_utils/bench_client.py) against the SGLang stand-in on loopback.
+"""Benchmark of the built-in load harness (module_utils/loadgen/client.py) against the SGLang stand-in on loopback.
 
 1. Accuracy: the stand-in set to a known TTFT and ITL (no batching slope, no prefill cost); the harness must
    measure mean TTFT, mean ITL, median ITL and mean TPOT within 5% of the configured values at C = 1..128.
@@ -30,8 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import goals  # noqa: E402
-from module_utils import bench_client, bench_matrix  # noqa: E402
-from module_utils.bench_http import split_url  # noqa: E402
+import local_module_utils  # noqa: E402
+
+local_module_utils.install()
+from ansible.module_utils.loadgen import client as bench_client  # noqa: E402
+from ansible.module_utils.loadgen import matrix as bench_matrix  # noqa: E402
+from ansible.module_utils.loadgen.transport import split_url  # noqa: E402
 
 STANDIN = ROOT / "lab" / "sglang_standin"
 TTFT_MS = 400.0

@@ -47,9 +47,12 @@ if str(ROOT) not in sys.path:
 from bench import goals  # noqa: E402
 from lab.testhub import HubProcess  # noqa: E402
 from lab.testhub.repos import HashCache, build_repo, make_block  # noqa: E402
-from module_utils.hf_hub import RemoteFile  # noqa: E402
-from module_utils.hf_sync import DEFAULTS as SYNC_DEFAULTS, SyncError, sync  # noqa: E402
-from module_utils.hf_verify import Manifest, verify_files  # noqa: E402
+import local_module_utils  # noqa: E402
+
+local_module_utils.install()
+from ansible.module_utils.hf.hub import RemoteFile  # noqa: E402
+from ansible.module_utils.hf.model import DEFAULTS as SYNC_DEFAULTS, SyncError, sync  # noqa: E402
+from ansible.module_utils.hf.verify import Manifest, verify_files  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -358,7 +361,7 @@ def bench_verification() -> None:
 
 WORKER = """
 import json, sys
-from module_utils.hf_sync import sync
+from ansible.module_utils.hf.model import sync  # noqa: E402
 sync(json.loads(sys.argv[1]))
 """
 

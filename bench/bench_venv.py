@@ -39,7 +39,10 @@ import yaml  # noqa: E402
 
 from bench import goals  # noqa: E402
 from lab.core import Lab  # noqa: E402
-from module_utils import venv_stream  # noqa: E402
+import local_module_utils  # noqa: E402
+
+local_module_utils.install()
+from ansible.module_utils.venv import stream as venv_stream  # noqa: E402
 
 LAB = "bench-venv"
 V = "/opt/sglang/venv"
@@ -117,9 +120,11 @@ class Bench:
 
     def setup(self) -> dict:
         for h in self.addr:
-            self.ssh(h, "mkdir -p /tmp/vu/module_utils && touch /tmp/vu/module_utils/__init__.py")
-            for f in ("venv_manifest.py", "venv_stage.py", "venv_receive.py", "venv_bytecode.py"):
-                self.ssh(h, f"cat > /tmp/vu/module_utils/{f}", input=(ROOT / "module_utils" / f).read_text())
+            self.ssh(h, "mkdir -p /tmp/vu/ansible/module_utils/venv && touch /tmp/vu/ansible/__init__.py "
+                        "/tmp/vu/ansible/module_utils/__init__.py /tmp/vu/ansible/module_utils/venv/__init__.py")
+            for f in ("manifest.py", "stage.py", "receive.py", "bytecode.py"):
+                self.ssh(h, f"cat > /tmp/vu/ansible/module_utils/venv/{f}",
+                         input=(ROOT / "module_utils" / "venv" / f).read_text())
         key = Path(self.state["ssh_key"]).read_text()
         self.ssh("ct200-lab", f"install -m 600 /dev/stdin {KEY_ON_SRC}", input=key)
         # a 1 GiB venv of real files: the stdlib (many small .py) and shared libraries (ELF, like torch's .so)
@@ -130,7 +135,7 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
   find {V} -name __pycache__ -prune -exec rm -rf {{}} +; done
 """
         self.ssh("ct200-lab", make)
-        return self.py("ct200-lab", "from module_utils.venv_manifest import scan, summary; import json; "
+        return self.py("ct200-lab", "from ansible.module_utils.venv.manifest import scan, summary; import json; "
                        f"print(json.dumps(summary(scan({V!r}))))")
 
     def clean_target(self):
@@ -175,25 +180,25 @@ while [ "$(du -sm {V} | cut -f1)" -lt {SIZE_MB} ]; do
 
     # ---------------------------------------------------------------- ours
     def prepare(self, manifest: str, cache=""):
-        return self.py("b300-lab", "import json, sys; from module_utils.venv_stage import prepare; "
-                       "from module_utils.venv_manifest import decode; "
+        return self.py("b300-lab", "import json, sys; from ansible.module_utils.venv.stage import prepare; "
+                       "from ansible.module_utils.venv.manifest import decode; "
                        f"print(json.dumps(prepare({V!r}, decode(json.load(sys.stdin)), cache_dir={cache!r})))",
                        manifest)
 
     def source_manifest(self, cache="") -> str:
         """The manifest as the venv_manifest module returns it to the play (its canonical text)."""
-        return self.py("ct200-lab", "import json; from module_utils.venv_manifest import encode, scan; "
+        return self.py("ct200-lab", "import json; from ansible.module_utils.venv.manifest import encode, scan; "
                        f"print(json.dumps(encode(scan({V!r}, cache_dir={cache!r}))))")
 
     def commit(self, digest, cache=""):
-        return self.py("b300-lab", "import json; from module_utils.venv_stage import commit; "
+        return self.py("b300-lab", "import json; from ansible.module_utils.venv.stage import commit; "
                        f"print(json.dumps(commit({V!r}, {digest!r}, cache_dir={cache!r}, bytecode=False)))")
 
     def direct_dst(self) -> dict:
         return {"host": self.addr["b300-lab"], "user": "root", "key": KEY_ON_SRC, "common_args": SSH_OPTS}
 
     def engine(self, level="auto", cache=CACHE, via="controller") -> tuple[float, dict]:
-        from module_utils.venv_manifest import decode, digest
+        from ansible.module_utils.venv.manifest import decode, digest
         parts = {}
         t0 = time.monotonic()
         entries = self.source_manifest(cache)

@@ -25,7 +25,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from module_utils import venv_manifest, venv_stream  # noqa: E402
+import local_module_utils  # noqa: E402
+
+local_module_utils.install()
+from ansible.module_utils.venv import manifest as venv_manifest  # noqa: E402
+from ansible.module_utils.venv import stream as venv_stream  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 EXCLUDE = "--exclude=__pycache__ --exclude='*.pyc'"
@@ -50,7 +54,7 @@ def timed(src: str, cmd: str) -> tuple[float, float, str]:
 def main(argv: list[str]) -> int:
     src = argv[0] if argv else next(p for p in site.getsitepackages() if os.path.isdir(os.path.join(p, "torch")))
     base = tempfile.mkdtemp(prefix="venv-receive-", dir="/var/tmp")
-    code = (ROOT / "module_utils/venv_receive.py").read_text()
+    code = (ROOT / "module_utils/venv/receive.py").read_text()
     info = venv_manifest.summary(venv_manifest.scan(src))
     print(f"source {src}: {info['files']} files, {info['bytes'] / 1e9:.2f} GB; {os.cpu_count()} CPUs; "
           f"{ROUNDS} rounds", flush=True)
@@ -66,8 +70,9 @@ def main(argv: list[str]) -> int:
                 "receiver": f"{venv_stream.source_pipeline({}, src, True, 0)} | "
                             f"python3 -c {shlex.quote(code)} {dirs['receiver']}",
                 "tar -x, then hash": f"{tar_c} | tar -C {dirs['tar -x, then hash']} -xpf - && "
-                                     f"PYTHONPATH={ROOT} python3 -c 'import sys; from module_utils.venv_manifest "
-                                     f"import scan; scan(sys.argv[1], workers=1)' {dirs['tar -x, then hash']}",
+                                     f"PYTHONPATH={ROOT} python3 -c 'import sys, local_module_utils; local_module_utils.install(); "
+                                     f"from ansible.module_utils.venv.manifest import scan; "
+                                     f"scan(sys.argv[1], workers=1)' {dirs['tar -x, then hash']}",
             }
             for name in (list(res) if r % 2 == 0 else list(res)[::-1]):
                 wall, cpu, _ = timed(src, cmds[name])

@@ -1,6 +1,6 @@
 """Filters for the cuda role's apt route: NVIDIA's repository for a host, and the exact-version pins.
 
-The logic lives in module_utils/cuda_repo.py (pure, unit-tested); these are thin wrappers that turn its
+The logic lives in module_utils/gpu/cuda_repo.py (pure, unit-tested); these are thin wrappers that turn its
 CudaRepoError into an AnsibleFilterError carrying the same message.
 
     ansible_facts | cuda_repo_path                      -> "ubuntu2404/x86_64/" (error naming the supported set)
@@ -11,28 +11,20 @@ CudaRepoError into an AnsibleFilterError carrying the same message.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+import ansible.module_utils
 
-
-def _lib():
-    """module_utils/cuda_repo.py, loaded by path: filters run on the controller, outside ansible.module_utils."""
-    name = "cuda_role_cuda_repo"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MODULE_UTILS / "cuda_repo.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+# One import name on hosts and controller: the repository's module_utils joins ansible's package (ARCHITECTURE.md).
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
+from ansible.module_utils.gpu import cuda_repo as cuda_repo_lib  # noqa: E402
 
 
 def _call(func, *args):
-    lib = _lib()
+    lib = cuda_repo_lib
     try:
         return func(lib)(*args)
     except lib.CudaRepoError as exc:
@@ -44,7 +36,7 @@ def cuda_repo_path(facts):
 
 
 def cuda_repo_problem(facts):
-    return _lib().repo_problem_from_facts(dict(facts or {}))
+    return cuda_repo_lib.repo_problem_from_facts(dict(facts or {}))
 
 
 def cuda_apt_pins(components, meta, version):

@@ -1,6 +1,6 @@
 """Filters for the LAN fan-out of roles/models (models_source: peers): the order of the hosts and their peer URLs.
 
-The tree itself (who feeds whom) is module_utils/hf_sources.py's, loaded by path (filters run on the controller,
+The tree itself (who feeds whom) is module_utils/fanout/sources.py's, loaded by path (filters run on the controller,
 outside ansible.module_utils), so the plan printed here is the one the receivers follow.
 
     play_hosts | fanout_order(seeder)                  -> [seeder, the other hosts in play order]
@@ -9,24 +9,17 @@ outside ansible.module_utils), so the plan printed here is the one the receivers
 """
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
-import sys
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+import ansible.module_utils
 
-
-def _sources():
-    name = "models_role_hf_sources"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MODULE_UTILS / "hf_sources.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+# One import name on hosts and controller: the repository's module_utils joins ansible's package (ARCHITECTURE.md).
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
+from ansible.module_utils.fanout import sources  # noqa: E402
 
 
 def fanout_order(play_hosts, seeder=""):
@@ -56,7 +49,7 @@ def fanout_parents(order, fanout):
     fanout = int(fanout)
     if fanout < 1:
         raise AnsibleFilterError(f"fanout_parents: fan-out must be >= 1, got {fanout}")
-    parent_index = _sources().parent_index
+    parent_index = sources.parent_index
     return {h: (None if parent_index(i, fanout) is None else order[parent_index(i, fanout)]) for i, h in enumerate(order)}
 
 

@@ -1,6 +1,6 @@
 """Filters for multi-node SGLang serving groups: the controller's side of the rank plan and of the cross-rank checks.
 
-The logic is module_utils/sglang_multinode.py's (loaded by path: filters run on the controller, outside
+The logic is module_utils/multinode/plan.py's (loaded by path: filters run on the controller, outside
 ansible.module_utils), so the plan the controller refuses or renders is the one the modules and the unit test use.
 
     groups[g] | sglang_group_ranks(hostvars)               -> [{"name", "address"}] in inventory order (rank order)
@@ -14,23 +14,16 @@ its inventory name: the address the other ranks (and rank 0's readiness check) r
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+import ansible.module_utils
 
-
-def _mn():
-    name = "sglang_service_multinode"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MODULE_UTILS / "sglang_multinode.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+# One import name on hosts and controller: the repository's module_utils joins ansible's package (ARCHITECTURE.md).
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
+from ansible.module_utils.multinode import plan as multinode_plan  # noqa: E402
 
 
 def _hostvar(hostvars, host: str, key: str):
@@ -56,13 +49,13 @@ def sglang_group_ranks(hosts, hostvars) -> list[dict]:
 def sglang_group_problems(ranks, dist_init_port, tp=1, pp=1, http_port=None) -> list[str]:
     """Why these ranks cannot form a group (an empty or duplicated group, tp*pp not divisible by the number of nodes,
     a bad port, the dist-init port equal to the server's --port): [] when they can."""
-    return _mn().plan_problems(ranks, dist_init_port, 1 if tp in (None, "") else tp, 1 if pp in (None, "") else pp,
+    return multinode_plan.plan_problems(ranks, dist_init_port, 1 if tp in (None, "") else tp, 1 if pp in (None, "") else pp,
                                http_port)
 
 
 def sglang_group_plan(ranks, dist_init_port, tp=1, pp=1) -> dict:
     """{host: {"node_rank", "nnodes", "dist_init_addr"}}: the server config keys of each rank."""
-    mn = _mn()
+    mn = multinode_plan
     try:
         return mn.group_plan(ranks, dist_init_port, 1 if tp in (None, "") else tp, 1 if pp in (None, "") else pp)
     except mn.MultinodeError as exc:
@@ -74,7 +67,7 @@ def sglang_group_consistency(facts_by_rank, allow_missing=False) -> list[dict]:
     allow_missing (check mode on hosts not built yet): a rank lacking a fact is left out of that fact's comparison."""
     if not isinstance(facts_by_rank, dict):
         raise AnsibleFilterError(f"sglang_group_consistency: expected {{rank: facts}}, got {type(facts_by_rank).__name__}")
-    mn = _mn()
+    mn = multinode_plan
     facts = {str(rank): dict(value or {}) for rank, value in facts_by_rank.items()}
     if not allow_missing:
         return mn.consistency(facts)
@@ -87,7 +80,7 @@ def sglang_group_consistency(facts_by_rank, allow_missing=False) -> list[dict]:
 
 def sglang_rank_url(address, port) -> str:
     try:
-        return "http://" + _mn().host_port(str(address), int(port))
+        return "http://" + multinode_plan.host_port(str(address), int(port))
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"sglang_rank_url: {address!r}:{port!r}: {exc}") from None
 

@@ -23,16 +23,19 @@ group_vars), else `default_port`: the port the service role's own base layer set
 """
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+import ansible.module_utils
+
+# One import name on hosts and controller: the repository's module_utils joins ansible's package (ARCHITECTURE.md).
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
+from ansible.module_utils.router import client as router_client  # noqa: E402
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -214,31 +217,10 @@ def router_argv(flags, extra_args=None):
     return argv
 
 
-def _router_utils():
-    """module_utils/sglang_router.py, loaded by path (filters run on the controller, outside ansible.module_utils); its
-    own `from module_utils import sglang_http` fallback needs the repo root on sys.path while it loads."""
-    name = "sglang_router_filter_utils"
-    if name not in sys.modules:
-        root = str(MODULE_UTILS.parent)
-        added = root not in sys.path
-        if added:
-            sys.path.insert(0, root)
-        try:
-            spec = importlib.util.spec_from_file_location(name, MODULE_UTILS / "sglang_router.py")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        finally:
-            if added:
-                sys.path.remove(root)
-    return sys.modules[name]
-
-
 def router_worker_count(metrics_text, url):
     """Requests the router dispatched to `url` (smg_worker_requests_total{worker=url}, summed over models), read from
-    the router's Prometheus text by module_utils/sglang_router.parse_worker_requests; 0.0 when never dispatched."""
-    utils = _router_utils()
-    return utils.parse_worker_requests(str(metrics_text or "")).get(utils.norm_url(str(url or "")), 0.0)
+    the router's Prometheus text by module_utils/router/client.parse_worker_requests; 0.0 when never dispatched."""
+    return router_client.parse_worker_requests(str(metrics_text or "")).get(router_client.norm_url(str(url or "")), 0.0)
 
 
 class FilterModule:

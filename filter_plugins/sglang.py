@@ -1,10 +1,10 @@
 """Filters for the SGLang service: the ONE place that turns the structured server config into argv.
 
-The unit template (ExecStart), the static validation rules (module_utils/sglang_rules.py) and the target-side
+The unit template (ExecStart), the static validation rules (module_utils/sglang/rules.py) and the target-side
 preflight (library/sglang_preflight.py gets the argv this produces) all go through here. It knows no SGLang flag by
 name: every flag, its kind (value or bare switch), its choices and its type come from the flag schema of the SGLang
 version the host runs (schemas/sglang/<version>.json, extracted from the real parser; or the schema the venv role
-extracted from the host's own venv), read by module_utils/sglang_schema.py.
+extracted from the host's own venv), read by module_utils/sglang/schema.py.
 
     sglang_argv(server, speculative, extra_args, schema) -> ["--model-path", "/srv/models/X", "--port", "30001", ...]
     sglang_flag_problems(server, speculative, extra_args, schema) -> [{"flag", "version", "problem", ...}, ...]
@@ -27,13 +27,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
-MODULE_UTILS = Path(__file__).resolve().parent.parent / "module_utils"
+import ansible.module_utils
+
+# One import name on hosts and controller: the repository's module_utils joins ansible's package (ARCHITECTURE.md).
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
+from ansible.module_utils.sglang import rules as rules_lib  # noqa: E402
+from ansible.module_utils.sglang import schema as schema_lib  # noqa: E402
+
 # Speculative keys are looked up as --speculative-<key>, then under the algorithm family's infix.
 SPEC_FAMILIES = {"DFLASH": ("dflash",), "DDTREE": ("ddtree", "dflash"), "EAGLE": ("eagle",), "EAGLE3": ("eagle",),
                  "NEXTN": ("eagle",), "STANDALONE": ("eagle",), "NGRAM": ("ngram",)}
@@ -44,26 +49,12 @@ class SGLangConfigError(ValueError):
     """The structured config cannot be turned into argv (the validation rules explain why first)."""
 
 
-def _load_by_path(name: str, filename: str):
-    """A module_utils file, loaded by path: filters run on the controller, outside ansible.module_utils."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MODULE_UTILS / filename)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def _schemas():
-    return _load_by_path("sglang_service_schema", "sglang_schema.py")
-
-
 _CACHE: dict = {}
 
 
 def flag_schema(schema):
     """A FlagSchema from a version string, a schema dict, "b64:<base64 of the JSON file>" or a FlagSchema."""
-    mod = _schemas()
+    mod = schema_lib
     if isinstance(schema, mod.FlagSchema):
         return schema
     if schema is None or schema == "":
@@ -88,7 +79,7 @@ def flag_schema(schema):
 
 def other_schemas(schema) -> list:
     """The committed schemas of the other versions: how another version's spelling is recognised and replaced."""
-    mod = _schemas()
+    mod = schema_lib
     return [flag_schema(v) for v in mod.available() if v != schema.version]
 
 
@@ -164,10 +155,10 @@ def render(server: dict, speculative: dict | None, extra_args: dict | None, sche
 
 def flag_problems(server: dict, speculative: dict | None = None, extra_args: dict | None = None,
                   schema=None) -> list[dict]:
-    """What the version's parser would refuse or warn about in the rendered argv (module_utils/sglang_schema)."""
+    """What the version's parser would refuse or warn about in the rendered argv (module_utils/sglang/schema)."""
     schema = flag_schema(schema)
     argv = render(server, speculative, extra_args, schema)
-    return _schemas().check_argv(schema, argv, other_schemas(schema))
+    return schema_lib.check_argv(schema, argv, other_schemas(schema))
 
 
 def sglang_argv(server: dict, speculative: dict | None = None, extra_args: dict | None = None,
@@ -229,7 +220,7 @@ def sglang_validate(server: dict, speculative: dict | None = None, context: dict
         schema = flag_schema(ctx.get("schema"))
         ctx["sglang_version"] = schema.version
         ctx["argv"] = render(server, speculative, ctx.get("extra_args"), schema)
-        ctx["flag_problems"] = _schemas().check_argv(schema, ctx["argv"], other_schemas(schema))
+        ctx["flag_problems"] = schema_lib.check_argv(schema, ctx["argv"], other_schemas(schema))
         option = schema.lookup("--speculative-algorithm")
         ctx["known_algorithms"] = (["NONE"] + list(option[1]["choices"])) if option and option[1].get("choices") \
             else None
@@ -237,7 +228,7 @@ def sglang_validate(server: dict, speculative: dict | None = None, context: dict
         ctx["argv"] = None
         ctx["argv_error"] = str(exc)
         ctx["flag_problems"] = []
-    return _load_by_path("sglang_service_rules", "sglang_rules.py").evaluate(ctx)
+    return rules_lib.evaluate(ctx)
 
 
 def sglang_violations_text(violations: list) -> str:

@@ -11,7 +11,7 @@ description:
   - Real SGLang JIT-compiles kernels into its HOME on a cold start (measured on an H200 with SGLang 0.5.11 -
     C(.triton/cache), C(.cache/flashinfer), C(.cache/tvm-ffi), C(.cache/sglang); a seeded HOME was ready 22 s sooner,
     see tests/fixtures/real_sglang/compile_cache/0.5.11-h200.json). The service role spreads them host to host
-    through a store on the controller; this module does the host's part. The logic is module_utils/compile_cache.py.
+    through a store on the controller; this module does the host's part. The logic is module_utils/compile_cache/cache/cache.py.
   - I(state=key) reads what invalidates the caches - GPU name, compute capability and driver (nvidia-smi; all empty on
     a host without it), the CUDA toolkit's version (I(cuda_home)), SGLang's version and the patch-series hash (the venv
     role's provenance fact I(fact_path)), torch's version (the venv's dist-info), the venv's content digest, tp/ep and
@@ -160,12 +160,8 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.compile_cache import (DEFAULT_DIRS, CompileCacheError, cache_key, host_facts, install,
-                                                    pack, plan, read_record, record_published)
-except ImportError:  # pragma: no cover - plain python (tests) path
-    from module_utils.compile_cache import (DEFAULT_DIRS, CompileCacheError, cache_key, host_facts, install, pack,
-                                            plan, read_record, record_published)
+from ansible.module_utils.compile_cache.cache import (DEFAULT_DIRS, CompileCacheError, cache_key, host_facts, install,
+                                                pack, plan, read_record, record_published)
 
 
 def main():

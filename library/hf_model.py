@@ -140,7 +140,7 @@ options:
         C(url) of its peer server (module model_peer); index 0 is the seeder, which fetches from the Hub. The parent of
         host i is host (i - 1) // I(fanout); files come from the nearest live ancestor that holds a verified copy, or
         another earlier host that holds one, and from the Hub only when no earlier host will ever hold them
-        (I(hub_fallback)); see module_utils/hf_sources.py.
+        (I(hub_fallback)); see module_utils/fanout/sources.py.
       - A peer that dies or stalls mid-transfer is left for another source (the partial file is kept); a copy that fails
         the hash check is fetched again elsewhere and that peer is never asked for the file again.
     type: list
@@ -314,12 +314,8 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.hf_sync import SyncError, sync
-    from ansible.module_utils.hf_hub import REPO_ARGS, HubError
-except ImportError:  # pragma: no cover - plain python (tests) path
-    from module_utils.hf_sync import SyncError, sync
-    from module_utils.hf_hub import REPO_ARGS, HubError
+from ansible.module_utils.hf.model import SyncError, sync
+from ansible.module_utils.hf.hub import REPO_ARGS, HubError
 
 ARGS = dict(
     REPO_ARGS,

@@ -83,10 +83,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils import hf_progress
-except ImportError:  # pragma: no cover
-    from module_utils import hf_progress
+from ansible.module_utils.hf import progress as hf_progress
 
 
 def main():

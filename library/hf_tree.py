@@ -87,10 +87,7 @@ bytes_total:
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.hf_hub import REPO_ARGS, HubError, hub_tree
-except ImportError:  # pragma: no cover - plain python (tests) path
-    from module_utils.hf_hub import REPO_ARGS, HubError, hub_tree
+from ansible.module_utils.hf.hub import REPO_ARGS, HubError, hub_tree
 
 ARGS = REPO_ARGS
 

@@ -126,10 +126,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.model_peer import PeerError, manage
-except ImportError:  # pragma: no cover - plain python (tests) path
-    from module_utils.model_peer import PeerError, manage
+from ansible.module_utils.fanout.peer_unit import PeerError, manage
 
 ARGS = dict(
     state=dict(type="str", choices=["started", "stopped"], default="started"),

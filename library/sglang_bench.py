@@ -220,8 +220,8 @@ output_path:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bench_matrix import check_serving, check_workloads, run_matrix, validate_spec
-from ansible.module_utils.bench_provenance import collect
+from ansible.module_utils.loadgen.matrix import check_serving, check_workloads, run_matrix, validate_spec
+from ansible.module_utils.loadgen.provenance import collect
 
 
 def main():

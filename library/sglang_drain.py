@@ -7,7 +7,7 @@ module: sglang_drain
 short_description: Wait, bounded, until an SGLang server's in-flight requests reach zero
 description:
   - Polls the server's live load, C(GET /v1/loads?include=core) (SGLang 0.5.11; running + waiting requests summed
-    over DP ranks), until it is zero for I(quiet_for) seconds. Logic in C(module_utils/sglang_drain.py).
+    over DP ranks), until it is zero for I(quiet_for) seconds. Logic in C(module_utils/sglang/drain.py).
   - Meant for after the server was taken out of its router's rotation: no new request arrives, the ones in flight
     finish. A server still busy at I(timeout), one that stops answering, or one without C(/v1/loads) fails, with the
     series of samples as evidence.
@@ -56,10 +56,7 @@ kind: {description: "on failure: timeout, down, unsupported or unauthorized.", t
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.sglang_drain import Drain, DrainError
-except ImportError:  # unit tests import the repo's module_utils directly
-    from module_utils.sglang_drain import Drain, DrainError
+from ansible.module_utils.sglang.drain import Drain, DrainError
 
 
 def main():

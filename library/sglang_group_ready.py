@@ -7,7 +7,7 @@ module: sglang_group_ready
 short_description: Wait, bounded, until a multi-node SGLang group is ready; fail within seconds when a rank dies
 description:
   - Runs on rank 0's host. Rank 0 must become ready exactly as M(sglang_ready) decides it (the same code,
-    C(module_utils/sglang_ready.py)), its unit's MainPID and InvocationID watched, so an old process answering
+    C(module_utils/sglang/ready.py)), its unit's MainPID and InvocationID watched, so an old process answering
     during a restart is never taken for the new one.
   - "Every other rank is watched through the dummy health server SGLang runs on ranks >= 1 (it answers only
     C(/ping), C(/health), C(/health_generate): 200 once that node's schedulers are up): each I(ranks) URL must
@@ -164,16 +164,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.sglang_multinode import GroupError, GroupOptions, RankSpec, wait_group
-    from ansible.module_utils.sglang_ready import Options, Probe, start
-    from ansible.module_utils.sglang_http import call
-    from ansible.module_utils.systemd_unit import SystemdError
-except ImportError:
-    from module_utils.sglang_multinode import GroupError, GroupOptions, RankSpec, wait_group
-    from module_utils.sglang_ready import Options, Probe, start
-    from module_utils.sglang_http import call
-    from module_utils.systemd_unit import SystemdError
+from ansible.module_utils.multinode.plan import GroupError, GroupOptions, RankSpec, wait_group
+from ansible.module_utils.sglang.ready import Options, Probe, start
+from ansible.module_utils.sglang.api import call
+from ansible.module_utils.systemd.unit import SystemdError
 
 
 def _ranks(module, entries):

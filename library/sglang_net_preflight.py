@@ -135,12 +135,8 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.sglang_multinode import (MultinodeError, connect, consistency, listen, port_state,
-                                                       rank_facts, route_to, socket_env, socket_ifname_problems)
-except ImportError:
-    from module_utils.sglang_multinode import (MultinodeError, connect, consistency, listen, port_state, rank_facts,
-                                               route_to, socket_env, socket_ifname_problems)
+from ansible.module_utils.multinode.plan import (MultinodeError, connect, consistency, listen, port_state,
+                                                   rank_facts, route_to, socket_env, socket_ifname_problems)
 
 
 def main():

@@ -67,7 +67,7 @@ gpus: {description: "GPU facts handed to the validation (name, compute_cap, memo
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_preflight import NvidiaSmiParseError, check, device_facts, read_gpus
+from ansible.module_utils.sglang.preflight import NvidiaSmiParseError, check, device_facts, read_gpus
 
 
 def main():

@@ -88,8 +88,8 @@ crash_to_verdict_s: {description: seconds from the main process exit (systemd's 
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_ready import Options, Probe, ReadyError, start, wait_ready
-from ansible.module_utils.systemd_unit import SystemdError
+from ansible.module_utils.sglang.ready import Options, Probe, ReadyError, start, wait_ready
+from ansible.module_utils.systemd.unit import SystemdError
 
 
 def main():

@@ -86,12 +86,8 @@ journal: {description: the journal lines of the unit's invocation that died., ty
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils import systemd_unit
-    from ansible.module_utils.sglang_router import RouterClient, RouterError, unit_watch
-except ImportError:
-    from module_utils import systemd_unit
-    from module_utils.sglang_router import RouterClient, RouterError, unit_watch
+from ansible.module_utils.systemd import unit as systemd_unit
+from ansible.module_utils.router.client import RouterClient, RouterError, unit_watch
 
 
 def main():

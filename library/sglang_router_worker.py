@@ -7,7 +7,7 @@ module: sglang_router_worker
 short_description: Remove a worker from SGLang's router, or add it back and wait until the router routes to it
 description:
   - Talks to the router's worker API (smg 1.13: C(GET/POST /workers), C(DELETE /workers/{id}); recorded in
-    C(tests/fixtures/router/smg-1.13.0/)). Logic in C(module_utils/sglang_router.py).
+    C(tests/fixtures/router/smg-1.13.0/)). Logic in C(module_utils/router/client.py).
   - C(state=absent) deletes the worker (found by URL) and waits, bounded, until the router no longer lists it (it
     drains it first, ~5 s). It refuses, before deleting, when fewer than I(min_healthy_after) healthy workers would
     remain.
@@ -101,12 +101,8 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.sglang_router import RouterClient, RouterError, norm_url
-    from ansible.module_utils import sglang_http
-except ImportError:  # unit tests import the repo's module_utils directly
-    from module_utils.sglang_router import RouterClient, RouterError, norm_url
-    from module_utils import sglang_http
+from ansible.module_utils.router.client import RouterClient, RouterError, norm_url
+from ansible.module_utils.sglang import api as sglang_http
 
 
 def probe_sender(client: RouterClient):

@@ -65,7 +65,7 @@ accept_length: {description: speculative accept length from /server_info (null w
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_smoke import DEFAULT_PROMPTS, run
+from ansible.module_utils.sglang.smoke import DEFAULT_PROMPTS, run
 
 
 def main():

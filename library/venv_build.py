@@ -6,7 +6,7 @@ DOCUMENTATION = r"""
 module: venv_build
 short_description: Build a patched venv into the staging directory, unless the live venv already matches
 description:
-  - Checks the lock first (module_utils/venv_lock.py) - every line one exact C(name==version) with
+  - Checks the lock first (module_utils/venv/lock.py) - every line one exact C(name==version) with
     C(--hash=sha256:) hashes, no include, editable, URL or option but the index ones - and fails naming the first
     line that is not, before anything is made. Local packages and the clone route's checkout must find their build
     backend and dependencies in the lock (read from their pyproject.toml where the host's python has tomllib).
@@ -19,7 +19,7 @@ description:
     the checkout with C(--no-deps --no-build-isolation), runs C(pip check); writes no byte-code (venv_commit compiles
     the stage before the swap); applies the patch series to site-packages; checks the imports; writes
     the venv's flag schema (C(<venv>/sglang-flag-schema.json)), extracted from the venv's own argparse parser
-    after the patches by module_utils/sglang_schema_extract.py run with the venv's python, so the schema is part
+    after the patches by module_utils/sglang/schema_extract.py run with the venv's python, so the schema is part
     of the venv's content. The live venv is untouched; venv_commit swaps the stage in.
   - Clone route (C(clone_repo) given) - build from a fork at a pinned commit instead of a patch series on the
     pinned base. Only when a build is needed, the host fetches exactly C(clone_commit) into C(clone_dir) (git init,
@@ -94,7 +94,7 @@ flag_schema: {description: "The stage's flag schema: sha256, sglang_version, opt
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv_build import BuildError, build_if_needed
+from ansible.module_utils.venv.build import BuildError, build_if_needed
 
 
 def main():

@@ -6,7 +6,7 @@ DOCUMENTATION = r"""
 module: venv_bytecode
 short_description: Check or complete the byte-code of a venv so that importing compiles nothing
 description:
-  - Runs module_utils/venv_bytecode.py with the venv's own interpreter (its magic number and cache tag) over the
+  - Runs module_utils/venv/bytecode.py with the venv's own interpreter (its magic number and cache tag) over the
     venv's purelib and platlib.
   - C(state=checked) - every C(*.py) there must have a pyc that importlib accepts without recompiling (magic number,
     flags, then the source hash of a checked-hash pyc, or the source mtime and size of a timestamp pyc), readable by
@@ -52,7 +52,7 @@ compiled: {description: "state=compiled: the compile pass (compiled, kept, uncom
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv_bytecode import BytecodeError, describe_invalid, ensure, run
+from ansible.module_utils.venv.bytecode import BytecodeError, describe_invalid, ensure, run
 
 KEYS = ("dirs", "sources", "valid", "invalid", "stale_count", "missing_count", "uncompilable_count", "stale", "missing",
         "uncompilable", "modes", "python", "cache_tag")

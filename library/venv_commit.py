@@ -11,7 +11,7 @@ description:
   - Files the stream's receiver hashed as it wrote them (C(.<name>.stage.hashes), 0600) are not read
     again as long as they keep the stat key they had when hashed; every other file is read and hashed here.
   - Then (I(bytecode)) compiles the stage's byte-code with the stage's own interpreter, before the swap: every
-    module under purelib/platlib as a checked-hash pyc naming its live path (module_utils/venv_bytecode.py), so that
+    module under purelib/platlib as a checked-hash pyc naming its live path (module_utils/venv/bytecode.py), so that
     no start of the service compiles anything (the service user cannot write into the root-owned venv). A pyc the
     stream hard-linked from the live venv that is still valid is kept; pycs of deleted sources are removed. Byte-code
     is outside the manifest: the digest is unchanged by it. A pyc that cannot be written fails the module; the live
@@ -45,7 +45,7 @@ bytecode: {description: "The stage's compile pass: sources, compiled, kept (vali
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv_stage import ManifestError, StageError, commit
+from ansible.module_utils.venv.stage import ManifestError, StageError, commit
 
 
 def main():

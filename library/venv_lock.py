@@ -6,7 +6,7 @@ DOCUMENTATION = r"""
 module: venv_lock
 short_description: Check that a venv flavour's lock is a full lock pip's hash-checking mode installs as it stands
 description:
-  - Parses the lock (module_utils/venv_lock.py) as pip reads a requirements file and fails naming the first line
+  - Parses the lock (module_utils/venv/lock.py) as pip reads a requirements file and fails naming the first line
     that is not one exact C(name==version) with C(--hash=sha256:<64 hex>) hashes (a range, a wildcard, a URL or path,
     a line without hashes, an include C(-r)/C(-c), an editable, an option other than C(--index-url),
     C(--extra-index-url), C(--find-links), a name locked twice for the same markers).
@@ -41,7 +41,7 @@ input_sha256: {description: The input's sha256 recorded in the lock header., typ
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv_lock import LockError, check_input, check_local_packages, project_name, read, summary
+from ansible.module_utils.venv.lock import LockError, check_input, check_local_packages, project_name, read, summary
 
 
 def main():

@@ -39,7 +39,7 @@ provenance: {description: Content of the provenance fact file (null when absent)
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv_manifest import ManifestError, describe
+from ansible.module_utils.venv.manifest import ManifestError, describe
 
 
 def main():

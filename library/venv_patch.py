@@ -35,7 +35,7 @@ already: {description: Patches that were already applied (present)., type: list,
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv_patch import PatchError, run_state
+from ansible.module_utils.venv.patch import PatchError, run_state
 
 
 def main():

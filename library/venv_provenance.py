@@ -31,7 +31,7 @@ fact: {description: The fact as written., type: dict, returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv_build import BuildError, provenance
+from ansible.module_utils.venv.build import BuildError, provenance
 
 
 def main():

@@ -41,8 +41,8 @@ recovered: {description: Leftovers of an interrupted run that were cleaned up., 
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv_manifest import ManifestError, decode
-from ansible.module_utils.venv_stage import StageError, prepare
+from ansible.module_utils.venv.manifest import ManifestError, decode
+from ansible.module_utils.venv.stage import StageError, prepare
 
 
 def main():

@@ -6,6 +6,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# One import name for the repository's module_utils in tests too: ansible.module_utils.<package>.<module>, as on the
+# hosts (AnsiballZ) and in the filter plugins.
+import local_module_utils  # noqa: E402
+
+local_module_utils.install()
 # The controller venv's tools (ansible-playbook, molecule) come first, whoever started pytest.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
@@ -35,7 +40,7 @@ def standin_ddtree_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def ddtree_schema(standin_ddtree_root):
     """The flag schema extracted from that build, as the venv role extracts it on a lab host (a dict)."""
-    out = subprocess.run([sys.executable, str(ROOT / "module_utils" / "sglang_schema_extract.py"),
+    out = subprocess.run([sys.executable, str(ROOT / "module_utils" / "sglang" / "schema_extract.py"),
                           "--module", "sglang_standin.server_args"], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(standin_ddtree_root)}, timeout=120)
     return json.loads(out.stdout)

@@ -1,7 +1,7 @@
 """A local apt repository (a test double) for the cuda role's apt route: `python -m lab.aptrepo build|serve`.
 
 Builds, with dpkg-deb, dpkg-scanpackages and gpg only, signed flat repositories laid out like NVIDIA's CUDA
-repositories: one per supported `<distro><release>/<arch>/` (module_utils/cuda_repo.py: debian12, ubuntu2204,
+repositories: one per supported `<distro><release>/<arch>/` (module_utils/gpu/cuda_repo.py: debian12, ubuntu2204,
 ubuntu2404 x x86_64, sbsa), each `deb [signed-by=...] URL /`, plus one at the root (a mirror of
 debian12/<this machine's arch>/ at a URL of its own). Every repository holds, for its architecture (x86_64: amd64,
 sbsa: arm64):

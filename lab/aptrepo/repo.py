@@ -12,7 +12,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-from module_utils import cuda_repo
+import local_module_utils  # noqa: E402
+
+local_module_utils.install()
+from ansible.module_utils.gpu import cuda_repo  # noqa: E402
 
 KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
 KEYRING_PATH = "usr/share/keyrings/cuda-archive-keyring.gpg"
@@ -122,7 +125,7 @@ def _index_and_sign(directory: Path, arch: str, gpg: list[str], fingerprint: str
 def build_repo(dest: str | os.PathLike, base_url: str) -> dict:
     """Build the signed repositories in `dest` (emptied first) for clients reaching it at `base_url` (ends in /).
 
-    One flat repository per supported NVIDIA path (module_utils/cuda_repo.supported_paths(): debian12/x86_64/ ...
+    One flat repository per supported NVIDIA path (module_utils/gpu/cuda_repo.supported_paths(): debian12/x86_64/ ...
     ubuntu2404/sbsa/), with the packages of that path's architecture (x86_64: amd64, sbsa: arm64), and one more at
     the root (a mirror of debian12/<this machine's arch>/ at a URL of its own, for `cuda_apt_repo_url` overrides).
     Each repository's keyring .deb writes a source list naming that repository's own URL, as NVIDIA's do:

@@ -203,7 +203,7 @@ def configured_truth(row):
     import sys
     sys.path.insert(0, str(ROOT / "lab/sglang_standin"))
     from sglang_standin import engine
-    from module_utils.bench_prompts import plain_text
+    from ansible.module_utils.loadgen.prompts import plain_text
     items = [json.loads(line) for line in (ROOT / "roles/sglang_bench/files/prompts"
                                            / f"{row['prompt_set']}.jsonl").read_text().splitlines() if line]
     config = {c["name"]: c["speculative"] for c in SPEEDUP_CONFIGS}[row["config"]]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import compile_cache as cc
+from ansible.module_utils.compile_cache import cache as cc
 from tests.integration.conftest import run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]

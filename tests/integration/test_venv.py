@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import venv_lock, venv_patch
+from ansible.module_utils.venv import lock as venv_lock
+from ansible.module_utils.venv import patch as venv_patch
 from tests.integration.conftest import start_playbook
 
 LAB_NAME = "venv"
@@ -25,8 +26,8 @@ PLAYBOOK = "playbooks/venv.yml"
 STREAM = {"venv_method": "stream", "venv_stream_source": "ct200-lab"}
 SERIES_DIR = ROOT / "roles/venv/files/patches/lab"
 SERIES_HASH = venv_patch.series_hash(str(SERIES_DIR), venv_patch.read_series(str(SERIES_DIR)))
-MANIFEST_SRC = (ROOT / "module_utils/venv_manifest.py").read_text()
-BYTECODE_SRC = (ROOT / "module_utils/venv_bytecode.py").read_text()
+MANIFEST_SRC = (ROOT / "module_utils/venv/manifest.py").read_text()
+BYTECODE_SRC = (ROOT / "module_utils/venv/bytecode.py").read_text()
 LAB_LOCK = ROOT / "roles/venv/files/locks/lab.txt"
 
 

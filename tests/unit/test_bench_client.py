@@ -1,4 +1,4 @@
-"""The built-in load harness (module_utils.bench_client/bench_http) against a loopback fixture server.
+"""The built-in load harness (ansible.module_utils.loadgen.client/bench_http) against a loopback fixture server.
 
 The fixture is a tiny SGLang-shaped HTTP server (streaming /generate and OpenAI completions, chunked
 transfer encoding, /server_info) with known delays and faults, listening on 127.0.0.1 only.
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from module_utils import bench_client
-from module_utils.bench_http import HttpConnection, HttpError
+from ansible.module_utils.loadgen import client as bench_client
+from ansible.module_utils.loadgen.transport import HttpConnection, HttpError
 
 
 class FixtureServer:
@@ -322,7 +322,7 @@ def test_server_running_average_only_without_per_request_figures_and_labelled():
 
 
 def test_weighted_acceptance_is_not_a_mean_of_means():
-    from module_utils.bench_metrics import RequestResult, acceptance
+    from ansible.module_utils.loadgen.metrics import RequestResult, acceptance
     short = RequestResult(success=True, output_len=4, spec_verify_ct=3, spec_accepted_drafts=0,
                           spec_proposed_drafts=9)          # 1.33 per step
     long = RequestResult(success=True, output_len=100, spec_verify_ct=20, spec_accepted_drafts=79,

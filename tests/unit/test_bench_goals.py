@@ -255,7 +255,7 @@ def test_venv_baselines_and_ours_use_the_same_cipher(monkeypatch):
     monkeypatch.setattr(b, "source_manifest", lambda cache="": "[]")
     monkeypatch.setattr(b, "prepare", lambda entries, cache="": {"in_sync": False, "full": True, "send": []})
     monkeypatch.setattr(b, "commit", lambda digest, cache="": {"how": "swap", "hashed_at_commit_bytes": 0})
-    monkeypatch.setattr("module_utils.venv_manifest.decode", lambda entries: [])
-    monkeypatch.setattr("module_utils.venv_manifest.digest", lambda entries: "d")
+    monkeypatch.setattr("ansible.module_utils.venv.manifest.decode", lambda entries: [])
+    monkeypatch.setattr("ansible.module_utils.venv.manifest.digest", lambda entries: "d")
     b.engine()
     assert seen["ciphers"] == bench_venv.CIPHERS

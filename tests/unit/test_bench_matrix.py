@@ -1,9 +1,9 @@
-"""module_utils.bench_matrix: spec validation, serving check, JSONL rows with provenance (loopback fixture)."""
+"""ansible.module_utils.loadgen.matrix: spec validation, serving check, JSONL rows with provenance (loopback fixture)."""
 import json
 
 import pytest
 
-from module_utils import bench_matrix
+from ansible.module_utils.loadgen import matrix as bench_matrix
 from test_bench_client import FixtureServer
 
 GOOD = {"base_url": "http://127.0.0.1:1", "context_lengths": [60, 1024], "concurrencies": [1, 8],

@@ -1,7 +1,7 @@
-"""module_utils.bench_metrics against hand-computed values (bench_serving / numpy semantics)."""
+"""ansible.module_utils.loadgen.metrics against hand-computed values (bench_serving / numpy semantics)."""
 import pytest
 
-from module_utils.bench_metrics import METRIC_KEYS, RequestResult, compute_metrics, mean, percentile, std
+from ansible.module_utils.loadgen.metrics import METRIC_KEYS, RequestResult, compute_metrics, mean, percentile, std
 
 
 def test_percentile_matches_numpy_linear():

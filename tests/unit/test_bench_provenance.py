@@ -1,8 +1,8 @@
-"""module_utils.bench_provenance: every source read truthfully, a missing one recorded as missing."""
+"""ansible.module_utils.loadgen.provenance: every source read truthfully, a missing one recorded as missing."""
 import json
 import subprocess
 
-from module_utils import bench_provenance as bp
+from ansible.module_utils.loadgen import provenance as bp
 
 
 def fake_run(stdout="", rc=0, exc=None):

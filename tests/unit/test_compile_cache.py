@@ -1,4 +1,4 @@
-"""module_utils/compile_cache.py (key, pack, install), library/compile_cache.py, the stand-in's compile cache, and
+"""module_utils/compile_cache/cache/cache.py (key, pack, install), library/compile_cache.py, the stand-in's compile cache, and
 their agreement with the H200 recording (tests/fixtures/real_sglang/compile_cache/0.5.11-h200.json)."""
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))
 
-from module_utils import compile_cache as cc  # noqa: E402
+from ansible.module_utils.compile_cache import cache as cc  # noqa: E402
+from tests.helpers.ansible_module import module_command
 
 RECORDING = ROOT / "tests/fixtures/real_sglang/compile_cache/0.5.11-h200.json"
 SCHEMAS = sorted((ROOT / "schemas/sglang").glob("*.json"))
@@ -449,7 +450,7 @@ def run_module(tmp_path, args: dict, check: bool = False) -> dict:
     argsfile = tmp_path / f"args-{len(list(tmp_path.glob('args-*')))}.json"
     argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, str(ROOT / "library/compile_cache.py"), str(argsfile)], capture_output=True,
+    out = subprocess.run(module_command("compile_cache", argsfile), capture_output=True,
                          text=True, timeout=60, env=env, cwd=str(tmp_path))
     return json.loads(out.stdout)
 

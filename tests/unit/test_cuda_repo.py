@@ -1,4 +1,4 @@
-"""module_utils/cuda_repo.py and filter_plugins/cuda_repo.py: NVIDIA's CUDA apt repository for a host, the pins.
+"""module_utils/gpu/cuda_repo.py and filter_plugins/cuda_repo.py: NVIDIA's CUDA apt repository for a host, the pins.
 
 The hosts are described twice: by the /etc/os-release those systems ship (ID, VERSION_ID) and by the ansible_facts
 that ansible-core's own distribution code derives from such a file (run here against a fake root directory).
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from filter_plugins import cuda_repo as filters
-from module_utils import cuda_repo as cr
+from ansible.module_utils.gpu import cuda_repo as cr
 
 ROOT = Path(__file__).resolve().parents[2]
 

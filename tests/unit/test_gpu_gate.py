@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from module_utils import gpu_probe
-from module_utils.gpu_probe import CHECK_NAMES, collect, evaluate_gate
-from module_utils.nvidia_smi import GATE_FIELDS, HEALTH_FIELDS, parse_query_gpu
+from ansible.module_utils.gpu import probe as gpu_probe
+from ansible.module_utils.gpu.probe import CHECK_NAMES, collect, evaluate_gate
+from ansible.module_utils.gpu.nvidia_smi import GATE_FIELDS, HEALTH_FIELDS, parse_query_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "nvidia-smi"
@@ -378,7 +378,7 @@ def run_module(monkeypatch, capsys, args, host):
     # module warnings would go to the controller's display instead of the result. Warnings are also process-global.
     monkeypatch.setattr(_internal, "is_controller", False)
     monkeypatch.setattr(ansible_warnings, "_global_warnings", {})
-    monkeypatch.setitem(sys.modules, "ansible.module_utils.gpu_probe", gpu_probe)
+    monkeypatch.setitem(sys.modules, "ansible.module_utils.gpu.probe", gpu_probe)
     monkeypatch.setattr(gpu_probe, "default_runner", host)
     spec = importlib.util.spec_from_file_location("gpu_facts_module", ROOT / "library" / "gpu_facts.py")
     module = importlib.util.module_from_spec(spec)

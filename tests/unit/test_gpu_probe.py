@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import gpu_probe
-from module_utils.gpu_probe import collect, evaluate_gate
-from module_utils.nvidia_smi import GATE_FIELDS, HEALTH_FIELDS, parse_query_gpu
+from ansible.module_utils.gpu import probe as gpu_probe
+from ansible.module_utils.gpu.probe import collect, evaluate_gate
+from ansible.module_utils.gpu.nvidia_smi import GATE_FIELDS, HEALTH_FIELDS, parse_query_gpu
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 _spec = importlib.util.spec_from_file_location("fake_host", FIX / "fake_host.py")

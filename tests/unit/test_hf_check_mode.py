@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from lab.testhub import HubProcess
-from module_utils.hf_sync import human_size, plan_message, sync
+from ansible.module_utils.hf.model import human_size, plan_message, sync
+from tests.helpers.ansible_module import module_command
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
@@ -49,7 +50,7 @@ def run_module(args, tmp_path, check_mode=False):
     """library/hf_model.py as Ansible runs it (argument spec, check mode flag), with the plain-python imports."""
     argfile = tmp_path / f"args-{time.monotonic_ns()}.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode)}))
-    proc = subprocess.run([sys.executable, str(ROOT / "library" / "hf_model.py"), str(argfile)],
+    proc = subprocess.run(module_command("hf_model", argfile),
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

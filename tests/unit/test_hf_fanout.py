@@ -1,5 +1,5 @@
-"""LAN fan-out end to end on loopback: the test Hub, a real peer server (module_utils/model_peer_server.py) over a
-seeder's verified copy, and receivers running module_utils/hf_sync.sync with the tree the controller read once
+"""LAN fan-out end to end on loopback: the test Hub, a real peer server (module_utils/fanout/peer_server.py) over a
+seeder's verified copy, and receivers running module_utils/hf/model.sync with the tree the controller read once
 (hf_hub.hub_tree) - real hf_transfer, real HTTP. The lab (tests/integration/test_fanout.py) does it on six hosts."""
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from lab.testhub import HubProcess
-from module_utils.hf_hub import hub_tree
-from module_utils.hf_sync import SyncError, sync
+from ansible.module_utils.hf.hub import hub_tree
+from ansible.module_utils.hf.model import SyncError, sync
+from tests.helpers.peer_server import server_script
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = ROOT / "module_utils" / "model_peer_server.py"
+SERVER = server_script()  # the script as model_peer lays it out on a host
 TOKEN = "fan-out-token-0123456789"
 REPO = "t/fan:shards=3,shard_size=3MiB"
 MiB = 1 << 20

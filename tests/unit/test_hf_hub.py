@@ -1,10 +1,10 @@
-"""module_utils.hf_hub: revision/tree over both clients, hostile entries refused, patterns."""
+"""ansible.module_utils.hf.hub: revision/tree over both clients, hostile entries refused, patterns."""
 from __future__ import annotations
 
 import pytest
 
 from lab.testhub import TestHub
-from module_utils.hf_hub import (HubError, api_url, file_url, filter_files, list_tree, parse_tree_entries,
+from ansible.module_utils.hf.hub import (HubError, api_url, file_url, filter_files, list_tree, parse_tree_entries,
                                  resolve_revision, safe_relpath, validate_repo_id, validate_repo_type)
 
 SHA1 = "a" * 40

@@ -2,7 +2,7 @@
 sometimes or always: the download still ends complete and sha256-verified, in bounded memory, and the run reports
 how many answers ignored Range. A 200 whose Content-Length is not the tree's size is refused.
 
-The test Hub runs in its own process (module_utils.hf_fetch lanes and the verifier share this one); its fault
+The test Hub runs in its own process (ansible.module_utils.hf.fetch lanes and the verifier share this one); its fault
 `ignore_range` is tested in-process first.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from lab.testhub import HubProcess, TestHub
-from module_utils import hf_fetch
-from module_utils.hf_fetch import FileTask, holes, prefer_whole_body
-from module_utils.hf_hub import list_tree
-from module_utils.hf_sync import SyncError, sync
-from module_utils.hf_verify import Manifest
+from ansible.module_utils.hf import fetch as hf_fetch
+from ansible.module_utils.hf.fetch import FileTask, holes, prefer_whole_body
+from ansible.module_utils.hf.hub import list_tree
+from ansible.module_utils.hf.model import SyncError, sync
+from ansible.module_utils.hf.verify import Manifest
 
 MiB = 1 << 20
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -339,7 +339,7 @@ def test_direct_transfer_buffering_a_whole_body_is_killed_by_the_memory_guard(hu
 
 
 def test_progress_line_shows_how_often_the_server_ignored_range():
-    from module_utils import hf_progress
+    from ansible.module_utils.hf import progress as hf_progress
     p = {"name": "m", "state": "running", "bytes_total": 100 * MiB, "bytes_done": 50 * MiB, "rate": MiB, "eta": 50}
     assert "Range" not in hf_progress.summary(p)
     assert hf_progress.summary(dict(p, range_ignored=3)) == \

@@ -1,11 +1,11 @@
-"""module_utils/hf_sources.py: which source each file comes from in the LAN fan-out (fake peer indexes, fake clock)."""
+"""module_utils/fanout/sources.py: which source each file comes from in the LAN fan-out (fake peer indexes, fake clock)."""
 from __future__ import annotations
 
 import pytest
 
-from module_utils.hf_hub import RemoteFile
-from module_utils.hf_sources import NoSource, Source, SourceSet, ancestors, parent_index
-from module_utils.model_peer import PeerError
+from ansible.module_utils.hf.hub import RemoteFile
+from ansible.module_utils.fanout.sources import NoSource, Source, SourceSet, ancestors, parent_index
+from ansible.module_utils.fanout.peer_unit import PeerError
 
 SHA = "a" * 40
 A = RemoteFile("a.safetensors", 10, sha256="1" * 64)

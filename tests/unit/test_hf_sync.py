@@ -1,4 +1,4 @@
-"""module_utils.hf_sync + hf_fetch end to end against the test Hub (its own process: hf_transfer holds the GIL).
+"""ansible.module_utils.hf.model + hf_fetch end to end against the test Hub (its own process: hf_transfer holds the GIL).
 
 A subset of the fault matrix (bench/bench_models.py runs >= 100 seeded trials): every run ends with every file
 hash-correct or with a clear failure, and a corrupt file is never put in place or in the manifest. Dataset
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from lab.testhub import HubProcess
-from module_utils import hf_sync
-from module_utils.hf_hub import HubError
-from module_utils.hf_sync import SyncError, sync
-from module_utils.hf_verify import Manifest
+from ansible.module_utils.hf import model as hf_sync
+from ansible.module_utils.hf.hub import HubError
+from ansible.module_utils.hf.model import SyncError, sync
+from ansible.module_utils.hf.verify import Manifest
+from tests.helpers.ansible_module import ROOT, module_command
 
 MiB = 1 << 20
 DATASET = "t/sharegpt"  # README.md + sharegpt_mini.json (literal ShareGPT JSON, LFS) + one seeded LFS shard
@@ -90,7 +91,7 @@ def assert_tree_correct(dest, truth):
 
 
 def test_fetch_then_rerun_is_a_noop_without_hashing(hub, truth, tmp_path, monkeypatch):
-    from module_utils import hf_fetch
+    from ansible.module_utils.hf import fetch as hf_fetch
     windows = []
     real = hf_fetch._QuietServer
     monkeypatch.setattr(hf_fetch, "_QuietServer", lambda *a: windows.append(a) or real(*a))
@@ -224,14 +225,16 @@ def test_enospc_mid_download_fails_cleanly(hub, small_fs, monkeypatch):
 
 WORKER = """
 import json, sys
-from module_utils.hf_sync import sync
+import ansible.module_utils as mu
+mu.__path__.append(sys.argv.pop(1))
+from ansible.module_utils.hf.model import sync
 print(json.dumps(sync(json.loads(sys.argv[1]))), flush=True)
 """
 
 
 def _start_worker(p):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    return subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(p)], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", WORKER, str(ROOT / "module_utils"), json.dumps(p)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -290,7 +293,7 @@ def test_rerun_takes_over_from_a_live_worker(hub, tmp_path):
 
 
 def test_start_writeback_asks_the_kernel_and_leaves_bytes_alone(tmp_path):
-    from module_utils.hf_fetch import start_writeback
+    from ansible.module_utils.hf.fetch import start_writeback
     p = tmp_path / "f"
     data = os.urandom(1 << 20)
     fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
@@ -456,7 +459,7 @@ def _run_module(args, tmp_path, check_mode=False):
     argfile = tmp_path / f"args-{time.monotonic_ns()}.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode)}))
     env = dict(os.environ, PYTHONPATH=str(root))
-    proc = subprocess.run([sys.executable, str(root / "library" / "hf_model.py"), str(argfile)], env=env,
+    proc = subprocess.run(module_command("hf_model", argfile, root), env=env,
                           capture_output=True, text=True, timeout=300)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from lab.testhub import HubProcess
-from module_utils.hf_hub import HubError, hub_tree, tree_from_dicts
+from ansible.module_utils.hf.hub import HubError, hub_tree, tree_from_dicts
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,11 +1,11 @@
-"""module_utils.hf_verify: git blob sha1 / sha256, parallel verification, manifest fast path."""
+"""ansible.module_utils.hf.verify: git blob sha1 / sha256, parallel verification, manifest fast path."""
 from __future__ import annotations
 
 import hashlib
 import os
 
-from module_utils.hf_hub import RemoteFile
-from module_utils.hf_verify import Manifest, hash_file, verify_files
+from ansible.module_utils.hf.hub import RemoteFile
+from ansible.module_utils.hf.verify import Manifest, hash_file, verify_files
 
 
 def test_git_blob_sha1_matches_git(tmp_path):

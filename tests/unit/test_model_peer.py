@@ -1,4 +1,4 @@
-"""module_utils/model_peer.py and library/model_peer.py: input refused before any command, the systemd-run argv,
+"""module_utils/fanout/peer_unit.py and library/model_peer.py: input refused before any command, the systemd-run argv,
 check mode, the source shipped into run_dir (also out of a zip, as inside an AnsiballZ payload), start and stop
 through a fake systemd that runs the real server, failure evidence, the bounded stop, and the peer client."""
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import model_peer as mp
-from module_utils.hf_hub import RemoteFile
-from module_utils.hf_verify import Manifest
+from ansible.module_utils.fanout import peer_unit as mp
+from ansible.module_utils.hf.hub import RemoteFile
+from ansible.module_utils.hf.verify import Manifest
+from tests.helpers.ansible_module import module_command
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "fleet-token-0123456789"
@@ -153,7 +154,7 @@ def run_module(tmp_path, args, check_mode=False):
     argfile = tmp_path / "args.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode)}))
     env = dict(os.environ, PYTHONPATH=str(ROOT), PATH="%s:%s" % (fakebin, os.environ.get("PATH", "")))
-    proc = subprocess.run([sys.executable, str(ROOT / "library" / "model_peer.py"), str(argfile)], env=env,
+    proc = subprocess.run(module_command("model_peer", argfile), env=env,
                           capture_output=True, text=True, timeout=60)
     return json.loads(proc.stdout.strip().splitlines()[-1]), (calls.read_text() if calls.exists() else "")
 
@@ -232,8 +233,8 @@ def test_systemd_run_argv(tmp_path):
 def test_prepare_run_dir_ships_both_sources_and_only_the_token_hash(tmp_path):
     run_dir = tmp_path / "run"
     paths = mp.prepare_run_dir(str(run_dir), TOKEN)
-    assert (run_dir / "model_peer_server.py").read_text() == (ROOT / "module_utils/model_peer_server.py").read_text()
-    assert (run_dir / "hf_verify.py").read_text() == (ROOT / "module_utils/hf_verify.py").read_text()
+    assert (run_dir / "model_peer_server.py").read_text() == (ROOT / "module_utils/fanout/peer_server.py").read_text()
+    assert (run_dir / "hf_verify.py").read_text() == (ROOT / "module_utils/hf/verify.py").read_text()
     assert (run_dir / "token.sha256").read_text() == hashlib.sha256(TOKEN.encode()).hexdigest() + "\n"
     assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
     for name in ("model_peer_server.py", "hf_verify.py", "token.sha256"):
@@ -264,24 +265,25 @@ def test_run_dir_must_be_ours_alone(tmp_path, systemd_dir):
 
 
 def test_sources_ship_out_of_a_zip_as_in_an_ansiballz_payload(tmp_path):
-    """The zip holds ansible/module_utils/{model_peer,model_peer_server,hf_verify}.py, imported by zipimport with no
+    """The zip holds ansible/module_utils/{fanout/peer_unit,fanout/peer_server,hf/verify}.py, imported by zipimport with no
     module_utils on disk (-I -S: no site-packages, no cwd); then the shipped copy runs standalone from run_dir."""
     payload = tmp_path / "payload.zip"
     with zipfile.ZipFile(payload, "w") as zf:
         zf.writestr("ansible/__init__.py", "")
         zf.writestr("ansible/module_utils/__init__.py", "")
-        for name in ("model_peer.py", "model_peer_server.py", "hf_verify.py"):
+        for name in ("fanout/__init__.py", "fanout/peer_unit.py", "fanout/peer_server.py", "hf/__init__.py",
+                     "hf/verify.py"):
             zf.writestr("ansible/module_utils/" + name, (ROOT / "module_utils" / name).read_text())
     run_dir = tmp_path / "run"
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from ansible.module_utils import model_peer as m; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from ansible.module_utils.fanout import peer_unit as m; "
             "print(type(m._server_mod.__loader__).__name__, m._server_mod.__file__); "
             "m.prepare_run_dir(sys.argv[2], sys.argv[3])")
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(payload), str(run_dir), TOKEN],
                           capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("zipimporter ") and "payload.zip" in proc.stdout
-    for name in ("model_peer_server.py", "hf_verify.py"):
-        assert (run_dir / name).read_bytes() == (ROOT / "module_utils" / name).read_bytes()
+    for name, src in (("model_peer_server.py", "fanout/peer_server.py"), ("hf_verify.py", "hf/verify.py")):
+        assert (run_dir / name).read_bytes() == (ROOT / "module_utils" / src).read_bytes()
     data = make_model(tmp_path)
     ready = tmp_path / "ready.json"
     server = subprocess.Popen([sys.executable, "-I", "-B", str(run_dir / "model_peer_server.py"), "--bind",

@@ -1,4 +1,4 @@
-"""module_utils/model_peer_server.py: the real server (a subprocess running the script) on 127.0.0.1, serving a
+"""module_utils/fanout/peer_server.py: the real server (a subprocess running the script) on 127.0.0.1, serving a
 temporary models dir whose manifests are made with hf_verify.Manifest.record: auth, the index of what is vouched
 now, Range, HEAD, refusals of every way out of the model dir, bundles, stats, lifetime and SIGTERM."""
 from __future__ import annotations
@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from module_utils.hf_hub import RemoteFile
-from module_utils.hf_verify import Manifest
-from module_utils.model_peer_server import RangeError, parse_range, safe_relpath
+from ansible.module_utils.hf.hub import RemoteFile
+from ansible.module_utils.hf.verify import Manifest
+from ansible.module_utils.fanout.peer_server import RangeError, parse_range, safe_relpath
+from tests.helpers.peer_server import server_script
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = ROOT / "module_utils" / "model_peer_server.py"
+SERVER = server_script()  # the script as model_peer lays it out on a host
 TOKEN = "peer-token-0123456789abcdef"
 REV = "c" * 40
 MiB = 1 << 20

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from module_utils.nvidia_smi import (
+from ansible.module_utils.gpu.nvidia_smi import (
     GATE_FIELDS, HEALTH_FIELDS, QUERY_ARGS, QUERY_FIELDS, NvidiaSmiParseError, driver_major, parse_query_gpu,
     parse_topology, query_args, suggest_profile, summarize_links, unknown_field)
 

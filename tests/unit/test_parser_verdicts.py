@@ -1,7 +1,7 @@
 """Verdicts of the real SGLang parsers (0.5.11, 0.5.23) on a corpus of argvs, recorded with
-module_utils/sglang_parser_verdicts.py (tests/fixtures/real_sglang/make_corpus.py says how), against what this
+module_utils/sglang/parser_verdicts.py (tests/fixtures/real_sglang/make_corpus.py says how), against what this
 repository believes: the stand-in's parser built from each version's schema must give the same verdict word for word,
-and the controller's static check (module_utils/sglang_schema.check_argv) must refuse exactly what the real parser
+and the controller's static check (module_utils/sglang/schema.check_argv) must refuse exactly what the real parser
 refuses, bar the differences listed in DELIBERATE with their reasons."""
 import contextlib
 import io
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import sglang_schema
+from ansible.module_utils.sglang import schema as sglang_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests/fixtures/real_sglang"

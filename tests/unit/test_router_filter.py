@@ -238,12 +238,12 @@ def test_the_no_workers_refusal_names_the_groups_it_searched_and_their_hosts(tmp
     assert "groups searched and their hosts: {'nvlink': ['serve1', 'serve2'], 'pcie': []}" in out, out[-2000:]
 
 
-# --- the readiness watch the role's handler and verify use (module_utils/sglang_router.unit_watch) ---------------
+# --- the readiness watch the role's handler and verify use (module_utils/router/client.unit_watch) ---------------
 # (belongs with tests/unit/test_sglang_router.py, which this role's owner does not edit; the molecule scenario runs it
 # against a real SIGKILLed router)
 
 def _states(*texts):
-    from module_utils.systemd_unit import parse_show
+    from ansible.module_utils.systemd.unit import parse_show
     it = iter(texts)
     return lambda unit: parse_show(unit, next(it))
 
@@ -252,7 +252,7 @@ RUNNING = "ActiveState=active\nSubState=running\nMainPID={pid}\nInvocationID=inv
 
 
 def test_unit_watch_passes_while_the_pinned_process_runs_and_fails_when_it_dies():
-    from module_utils.sglang_router import RouterError, unit_watch
+    from ansible.module_utils.router.client import RouterError, unit_watch
     asked = []
     dead = ("ActiveState=activating\nSubState=auto-restart\nMainPID=0\nInvocationID=inv10\nNRestarts=0\n"
             "ExecMainCode=2\nExecMainStatus=9\nResult=signal\n")
@@ -268,7 +268,7 @@ def test_unit_watch_passes_while_the_pinned_process_runs_and_fails_when_it_dies(
 
 
 def test_unit_watch_fails_on_a_new_main_process_or_an_automatic_restart():
-    from module_utils.sglang_router import RouterError, unit_watch
+    from ansible.module_utils.router.client import RouterError, unit_watch
     for later in (RUNNING.format(pid=11, n=0), RUNNING.format(pid=10, n=1)):
         watch = unit_watch("r.service", _states(RUNNING.format(pid=10, n=0), later), lambda *a: [])
         watch()
@@ -277,7 +277,7 @@ def test_unit_watch_fails_on_a_new_main_process_or_an_automatic_restart():
 
 
 def test_wait_ready_ends_at_the_first_failed_watch_without_polling_the_router():
-    from module_utils.sglang_router import RouterClient, RouterError
+    from ansible.module_utils.router.client import RouterClient, RouterError
 
     def boom():
         raise RouterError("failed", "r.service is failed/failed", {"journal": ["x"]})

@@ -1,4 +1,4 @@
-"""module_utils/sglang_drain: the drain of a worker judged from /v1/loads answers shaped as SGLang 0.5.11 gives them,
+"""module_utils/sglang/drain: the drain of a worker judged from /v1/loads answers shaped as SGLang 0.5.11 gives them,
 and the stand-in's /v1/loads counting its running and waiting requests live."""
 import json
 import sys
@@ -11,8 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))
 
-from module_utils import sglang_http  # noqa: E402
-from module_utils.sglang_drain import Drain, DrainError, LOADS_PATH, in_flight  # noqa: E402
+from ansible.module_utils.sglang import api as sglang_http  # noqa: E402
+from ansible.module_utils.sglang.drain import Drain, DrainError, LOADS_PATH, in_flight  # noqa: E402
 
 
 def loads(*ranks):

@@ -1,4 +1,4 @@
-"""module_utils/sglang_multinode.py and its modules (sglang_group_ready, sglang_net_preflight).
+"""module_utils/multinode/plan.py and its modules (sglang_group_ready, sglang_net_preflight).
 
 Pure parts against recorded `ip` outputs; the group's readiness against fake rank HTTP servers on 127.0.0.1 (rank 0's
 unit scripted, its HTTP real); the dist-init handshake between real sockets on 127.0.0.1. Every wait is on an event
@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from module_utils import sglang_multinode as mn
-from module_utils import sglang_ready
-from module_utils.systemd_unit import UnitState
+from ansible.module_utils.multinode import plan as mn
+from ansible.module_utils.sglang import ready as sglang_ready
+from ansible.module_utils.systemd.unit import UnitState
+from tests.helpers.ansible_module import module_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,18 +127,6 @@ def test_rank_facts_read_driver_cuda_and_venv_hash(tmp_path):
     assert mn.consistency({"r0": mn.rank_facts("", "", True, driver_files=()),
                            "r1": mn.rank_facts("", "", True, driver_files=())})[0]["detail"] == \
         "driver differs across ranks: missing on r0, r1"
-
-
-def test_pure_parts_load_by_path_on_the_controller(tmp_path):
-    """A filter plugin loads module_utils files by path, where neither ansible.module_utils.X nor module_utils.X
-    imports: the plan must still work there."""
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('mn', sys.argv[1]); "
-            "m = sys.modules['mn'] = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-            "print(m.group_plan(['a', 'b'], 5000, 8, 1)['b']['dist_init_addr'], m.sglang_ready)")
-    out = subprocess.run([sys.executable, "-I", "-c", code, str(ROOT / "module_utils" / "sglang_multinode.py")],
-                         capture_output=True, text=True, timeout=30, cwd=str(tmp_path))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["a:5000", "None"]
 
 
 # ================================================================ routes
@@ -593,7 +582,7 @@ def test_group_ready_example_reads_the_named_ranks_journal():
 def start_module(name, args, tmp_path, check=False):
     argfile = tmp_path / f"{name}-{len(list(tmp_path.iterdir()))}.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}))
-    return subprocess.Popen([sys.executable, str(ROOT / "library" / f"{name}.py"), str(argfile)],
+    return subprocess.Popen(module_command(name, argfile),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
 

@@ -1,11 +1,11 @@
-"""module_utils/sglang_preflight.py: the installed version's own validation (here the stand-in's) judges the argv,
+"""module_utils/sglang/preflight.py: the installed version's own validation (here the stand-in's) judges the argv,
 in a subprocess that sees no GPU and gets the host's GPU facts from nvidia-smi instead."""
 import os
 import sys
 from pathlib import Path
 
 from filter_plugins.sglang import sglang_argv
-from module_utils import sglang_preflight as pf
+from ansible.module_utils.sglang import preflight as pf
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": str(ROOT / "lab" / "sglang_standin")}

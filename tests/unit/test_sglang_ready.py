@@ -1,4 +1,4 @@
-"""module_utils/sglang_ready.py: the fail-fast readiness loop, driven by a scripted unit (no systemd needed)."""
+"""module_utils/sglang/ready.py: the fail-fast readiness loop, driven by a scripted unit (no systemd needed)."""
 import os
 import signal
 import sys
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import sglang_ready as r
-from module_utils.sglang_http import Response
-from module_utils.systemd_unit import UnitState, listening_pids
+from ansible.module_utils.sglang import ready as r
+from ansible.module_utils.sglang.api import Response
+from ansible.module_utils.systemd.unit import UnitState, listening_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))

@@ -1,4 +1,4 @@
-"""module_utils/sglang_router + library/sglang_router_ready: against recorded smg 1.13.0 answers and the real router.
+"""module_utils/router/client + library/sglang_router_ready: against recorded smg 1.13.0 answers and the real router.
 
 The recorded half serves tests/fixtures/router/smg-1.13.0/routes/*.json from a loopback fake, scene by scene.
 The real half runs the router binary at $SGLANG_ROUTER_BIN (a venv's `smg`, e.g. `pip install smg==1.13.0`) in
@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "router" / "smg-1.13.0"
 sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))
 
-from module_utils import sglang_http  # noqa: E402
-from module_utils.sglang_router import RouterClient, RouterError, parse_worker_requests  # noqa: E402
+from ansible.module_utils.sglang import api as sglang_http  # noqa: E402
+from ansible.module_utils.router.client import RouterClient, RouterError, parse_worker_requests  # noqa: E402
+from tests.helpers.ansible_module import module_command
 
 KEY = "router-test-key"  # the key the recording used, router and workers alike
 W1, W2 = "http://127.0.0.1:1", "http://127.0.0.1:2"
@@ -210,7 +211,7 @@ def test_module_docs_match_the_argument_spec():
 def run_module(args, tmp_path):
     argfile = tmp_path / "args.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, str(ROOT / "library" / "sglang_router_ready.py"), str(argfile)],
+    proc = subprocess.run(module_command("sglang_router_ready", argfile),
                           capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return json.loads(proc.stdout)
 

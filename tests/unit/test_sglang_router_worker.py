@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from module_utils.sglang_router import RouterClient, RouterError
+from ansible.module_utils.router.client import RouterClient, RouterError
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("sglang_router_worker", ROOT / "library" / "sglang_router_worker.py")

@@ -1,10 +1,10 @@
-"""Static validation rules (module_utils/sglang_rules.py via the sglang_validate filter): one case per row."""
+"""Static validation rules (module_utils/sglang/rules.py via the sglang_validate filter): one case per row."""
 import copy
 
 import pytest
 
 from filter_plugins.sglang import sglang_validate, sglang_violations_text
-from module_utils import sglang_rules
+from ansible.module_utils.sglang import rules as sglang_rules
 
 SERVER = {
     "model_path": "/srv/models/Kimi-K2.6", "port": 30001, "host": "127.0.0.1", "tp_size": 8, "pp_size": 1,

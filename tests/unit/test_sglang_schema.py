@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import sglang_schema as S
+from ansible.module_utils.sglang import schema as S
 
 ROOT = Path(__file__).resolve().parents[2]
-EXTRACT = ROOT / "module_utils" / "sglang_schema_extract.py"
-VERDICTS = ROOT / "module_utils" / "sglang_parser_verdicts.py"
+EXTRACT = ROOT / "module_utils" / "sglang" / "schema_extract.py"
+VERDICTS = ROOT / "module_utils" / "sglang" / "parser_verdicts.py"
 STANDIN = ROOT / "lab" / "sglang_standin"
 STANDIN_MODULE = "sglang_standin.server_args"
 

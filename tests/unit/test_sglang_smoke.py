@@ -1,10 +1,10 @@
-"""module_utils/sglang_smoke.py: known answers, degenerate-output detection, tok/s and accept length."""
+"""module_utils/sglang/smoke.py: known answers, degenerate-output detection, tok/s and accept length."""
 import sys
 from pathlib import Path
 
 import pytest
 
-from module_utils import sglang_smoke as sm
+from ansible.module_utils.sglang import smoke as sm
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))

@@ -14,7 +14,7 @@ from sglang_standin import engine  # noqa: E402
 from sglang_standin.local import LocalServer  # noqa: E402
 from sglang_standin.server_args import prepare_server_args  # noqa: E402
 
-from module_utils import sglang_http  # noqa: E402
+from ansible.module_utils.sglang import api as sglang_http  # noqa: E402
 
 FAST = {"SGLANG_STANDIN_LOAD_S": "0.3", "SGLANG_STANDIN_WARMUP_S": "0.3"}
 BASE = ["--model-path", "/srv/models/Kimi-K2.6", "--host", "127.0.0.1"]

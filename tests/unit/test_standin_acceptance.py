@@ -16,7 +16,7 @@ from sglang_standin import engine  # noqa: E402
 from sglang_standin import launch_server as ls  # noqa: E402
 from sglang_standin.local import LocalServer  # noqa: E402
 
-from module_utils import sglang_http  # noqa: E402
+from ansible.module_utils.sglang import api as sglang_http  # noqa: E402
 
 FAST = {"SGLANG_STANDIN_LOAD_S": "0.3", "SGLANG_STANDIN_WARMUP_S": "0.3"}
 BASE = ["--model-path", "/srv/models/m", "--host", "127.0.0.1"]
@@ -288,7 +288,7 @@ def test_speculation_decodes_faster_than_autoregressive_at_concurrency_1():
 def test_shrinking_batch_fault_kills_the_server_only_after_a_big_batch_shrinks():
     import concurrent.futures
     from sglang_standin.local import LocalServer
-    from module_utils import bench_client
+    from ansible.module_utils.loadgen import client as bench_client
     argv = ["--model-path", "/m", "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/d"]
     env = {"SGLANG_STANDIN_LOAD_S": "0.1", "SGLANG_STANDIN_WARMUP_S": "0.1", "SGLANG_STANDIN_ITL_MS": "1",
            "SGLANG_STANDIN_FAULT": "crash_shrinking_batch", "SGLANG_STANDIN_CRASH_BATCH": "4"}

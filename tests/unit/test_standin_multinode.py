@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))
 from sglang_standin import multinode  # noqa: E402
 from sglang_standin.local import LocalServer, free_port  # noqa: E402
 
-from module_utils import sglang_http  # noqa: E402
+from ansible.module_utils.sglang import api as sglang_http  # noqa: E402
 
 FAST = {"SGLANG_STANDIN_LOAD_S": "0.2", "SGLANG_STANDIN_WARMUP_S": "0.2", "SGLANG_STANDIN_HEALTH_S": "0.05",
         "SGLANG_STANDIN_COMPILE_S": "0", "SGLANG_STANDIN_DIST_TIMEOUT_S": "15", "SGLANG_STANDIN_DIST_LOST_S": "5"}

@@ -1,7 +1,7 @@
-"""module_utils/systemd_unit.py: systemctl show parsing, journal command, cgroup/process helpers."""
+"""module_utils/systemd/unit.py: systemctl show parsing, journal command, cgroup/process helpers."""
 import os
 
-from module_utils import systemd_unit as su
+from ansible.module_utils.systemd import unit as su
 
 SHOW = """Id=sglang.service
 LoadState=loaded

@@ -1,4 +1,4 @@
-"""module_utils.venv_build: recipe, up-to-date decision, provenance fact, and a real offline build into the
+"""ansible.module_utils.venv.build: recipe, up-to-date decision, provenance fact, and a real offline build into the
 stage through a private mount namespace (no network: a hand-made wheel in a lock with its sha256, PIP_NO_INDEX, pip's
 hash-checking mode). Local source trees need the index (setuptools/wheel) and
 are covered by the lab integration test, except the SGLang stand-in (its stdlib build backend needs nothing): the
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import venv_build as vb
-from module_utils import venv_bytecode as vbc
-from module_utils import venv_manifest as vm
-from module_utils import venv_stage as vs
+from ansible.module_utils.venv import build as vb
+from ansible.module_utils.venv import bytecode as vbc
+from ansible.module_utils.venv import manifest as vm
+from ansible.module_utils.venv import stage as vs
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_SERIES = ROOT / "roles/venv/files/patches/lab"
@@ -114,9 +114,9 @@ def test_recipe_hash_changes_with_schema_module(tmp_path):
 
 def test_extractor_source_is_the_module_and_its_import_leaves_cuda_env_alone(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    monkeypatch.delitem(sys.modules, "module_utils.sglang_schema_extract", raising=False)
+    monkeypatch.delitem(sys.modules, "ansible.module_utils.sglang.schema_extract", raising=False)
     src = vb.extractor_source()
-    assert src == (ROOT / "module_utils/sglang_schema_extract.py").read_text()
+    assert src == (ROOT / "module_utils/sglang/schema_extract.py").read_text()
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"  # the extractor empties it at import: undone here
 
 

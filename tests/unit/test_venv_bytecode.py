@@ -1,4 +1,4 @@
-"""module_utils.venv_bytecode: the checker decides as importlib does (magic, flags, source hash or mtime+size, mode);
+"""ansible.module_utils.venv.bytecode: the checker decides as importlib does (magic, flags, source hash or mtime+size, mode);
 a compile makes every module's pyc valid; venv_commit compiles the stage before the swap, naming live paths, never
 writing through a pyc hard-linked from the live venv. Real venvs made with `python -m venv --without-pip`."""
 import marshal
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import venv_bytecode as vbc
-from module_utils import venv_manifest as vm
-from module_utils import venv_stage as vs
+from ansible.module_utils.venv import bytecode as vbc
+from ansible.module_utils.venv import manifest as vm
+from ansible.module_utils.venv import stage as vs
 
 BASE_PYTHON = sys.executable if sys.prefix == sys.base_prefix else "/usr/bin/python3"
 MODULES = {"pkg/__init__.py": "X = 1\n", "pkg/sub.py": "def f():\n    return 2\n", "top.py": "import pkg\n"}

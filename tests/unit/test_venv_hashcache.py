@@ -1,8 +1,8 @@
-"""module_utils.venv_manifest hash cache: an unchanged file is not re-read; any change that touches ctime is."""
+"""ansible.module_utils.venv.manifest hash cache: an unchanged file is not re-read; any change that touches ctime is."""
 import os
 
-from module_utils import venv_manifest as vm
-from module_utils import venv_stage as vs
+from ansible.module_utils.venv import manifest as vm
+from ansible.module_utils.venv import stage as vs
 
 from tests.unit.test_venv_manifest import make_tree
 

@@ -1,4 +1,4 @@
-"""module_utils.venv_lock: the shipped locks are full (every line pinned and hashed) and fresh (made from the shipped
+"""ansible.module_utils.venv.lock: the shipped locks are full (every line pinned and hashed) and fresh (made from the shipped
 pins); the parser reads requirements files as pip does and refuses, naming the line, what hash-checking mode would."""
 import hashlib
 import re
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from module_utils import venv_lock as vl
+from ansible.module_utils.venv import lock as vl
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ROOT / "roles/venv/files"

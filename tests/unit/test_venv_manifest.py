@@ -1,10 +1,10 @@
-"""module_utils.venv_manifest: the content manifest that decides whether a venv moves."""
+"""ansible.module_utils.venv.manifest: the content manifest that decides whether a venv moves."""
 import hashlib
 import os
 
 import pytest
 
-from module_utils import venv_manifest as vm
+from ansible.module_utils.venv import manifest as vm
 
 
 def make_tree(root):

@@ -1,11 +1,11 @@
-"""module_utils.venv_patch: the ordered patch series, idempotent through reverse dry runs (real GNU patch)."""
+"""ansible.module_utils.venv.patch: the ordered patch series, idempotent through reverse dry runs (real GNU patch)."""
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from module_utils import venv_patch as vp
+from ansible.module_utils.venv import patch as vp
 
 LAB_SERIES = Path(__file__).resolve().parents[2] / "roles/venv/files/patches/lab"
 SIX_HEAD = ('"""Utilities for writing code that runs on Python 2 and 3"""\n\nimport sys\nimport types\n\n'

@@ -1,4 +1,4 @@
-"""module_utils.venv_receive: the target side of a stream unpacks real GNU tar / pax archives into the stage,
+"""ansible.module_utils.venv.receive: the target side of a stream unpacks real GNU tar / pax archives into the stage,
 hashing every file as it writes it; venv_stage.commit trusts only the hashes whose files are unchanged since.
 Streams are made by the source pipeline the product runs (venv_stream.source_pipeline), with real tar and zstd."""
 import hashlib
@@ -12,10 +12,10 @@ import tarfile
 
 import pytest
 
-from module_utils import venv_manifest as vm
-from module_utils import venv_receive as vr
-from module_utils import venv_stage as vs
-from module_utils import venv_stream as st
+from ansible.module_utils.venv import manifest as vm
+from ansible.module_utils.venv import receive as vr
+from ansible.module_utils.venv import stage as vs
+from ansible.module_utils.venv import stream as st
 from tests.unit.test_venv_manifest import make_tree
 
 needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd not installed")

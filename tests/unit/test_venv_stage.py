@@ -1,10 +1,10 @@
-"""module_utils.venv_stage: stage preparation (hard-link copy minus what differs), verification, atomic swap."""
+"""ansible.module_utils.venv.stage: stage preparation (hard-link copy minus what differs), verification, atomic swap."""
 import os
 
 import pytest
 
-from module_utils import venv_manifest as vm
-from module_utils import venv_stage as vs
+from ansible.module_utils.venv import manifest as vm
+from ansible.module_utils.venv import stage as vs
 from tests.unit.test_venv_manifest import make_tree
 
 

@@ -1,4 +1,4 @@
-"""module_utils.venv_stream (controller side): ssh command lines from inventory vars, and a whole stream
+"""ansible.module_utils.venv.stream (controller side): ssh command lines from inventory vars, and a whole stream
 through the real tar/zstd pipeline with a stand-in `ssh` that runs the remote command locally."""
 import json
 import os
@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from module_utils import venv_bytecode as vbc
-from module_utils import venv_manifest as vm
-from module_utils import venv_stage as vs
-from module_utils import venv_stream as st
+from ansible.module_utils.venv import bytecode as vbc
+from ansible.module_utils.venv import manifest as vm
+from ansible.module_utils.venv import stage as vs
+from ansible.module_utils.venv import stream as st
 from tests.unit.test_venv_manifest import make_tree
 
 CONN = {"name": "ct200-lab", "host": "10.0.0.2", "port": 2222, "user": "root", "key": "/k/id",
