@@ -38,10 +38,8 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
 from ansible.module_utils.sglang import rules as rules_lib  # noqa: E402
 from ansible.module_utils.sglang import schema as schema_lib  # noqa: E402
+from ansible.module_utils.sglang.speculative import algorithm, flag_candidates, summary_from_config  # noqa: E402
 
-# Speculative keys are looked up as --speculative-<key>, then under the algorithm family's infix.
-SPEC_FAMILIES = {"DFLASH": ("dflash",), "DDTREE": ("ddtree", "dflash"), "EAGLE": ("eagle",), "EAGLE3": ("eagle",),
-                 "NEXTN": ("eagle",), "STANDALONE": ("eagle",), "NGRAM": ("ngram",)}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -93,16 +91,10 @@ def _truthy(value) -> bool:
     return value is True or (isinstance(value, str) and value.lower() in ("true", "yes", "1"))
 
 
-def algorithm(speculative) -> str:
-    return str((speculative or {}).get("algorithm") or "NONE").upper()
-
-
 def _spec_flag(schema, algo: str, key: str) -> str:
     """The flag a speculative key names in this version: the first candidate the schema has; else another version's
     spelling, else the algorithm family's (which the problems then report as unknown, with any replacement)."""
-    key = key[len("speculative_"):] if key.startswith("speculative_") else key
-    name = key.replace("_", "-")
-    candidates = [f"--speculative-{name}"] + [f"--speculative-{fam}-{name}" for fam in SPEC_FAMILIES.get(algo, ())]
+    candidates = flag_candidates(algo, key)
     for flag in candidates:
         if schema.lookup(flag):
             return flag
@@ -235,6 +227,12 @@ def sglang_violations_text(violations: list) -> str:
     return "\n".join(f"- [{v['rule']}] {v['reason']} ({v['detail']}) source: {v['source']}" for v in violations)
 
 
+def sglang_spec_summary(speculative: dict | None, server: dict | None = None) -> dict:
+    """{algorithm, budget, topk, block_size, cuda_graph} of what a structured config runs (module_utils/sglang/
+    speculative.py: the same table the report reads a server's argv back with)."""
+    return summary_from_config(speculative, server)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -246,4 +244,5 @@ class FilterModule:
             "sglang_violations_text": sglang_violations_text,
             "sglang_probe_url": sglang_probe_url,
             "sglang_model_id": sglang_model_id,
+            "sglang_spec_summary": sglang_spec_summary,
         }

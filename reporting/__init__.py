@@ -10,9 +10,13 @@ acceptance) and proposal.yml (per host group: the winner and the group_vars frag
 Modules: load (rows), speedup (baseline, speedup, crossover), acceptance (accept length from the requests),
 objective (disqualification, winners), proposal (proposal.yml), render/sections (report.md), plots (PNGs).
 """
-from reporting.load import load_run
-from reporting.objective import Objective, decide
-from reporting.proposal import build_proposal, write_proposal
-from reporting.render import render_report, write_report
+import local_module_utils
+
+local_module_utils.install()  # reporting reads SGLang's speculative flags through module_utils/sglang/speculative.py
+
+from reporting.load import load_run  # noqa: E402
+from reporting.objective import Objective, decide  # noqa: E402
+from reporting.proposal import build_proposal, write_proposal  # noqa: E402
+from reporting.render import render_report, write_report  # noqa: E402
 
 __all__ = ["Objective", "build_proposal", "decide", "load_run", "render_report", "write_proposal", "write_report"]

@@ -5,27 +5,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
+from matplotlib.ticker import NullFormatter
+
 from reporting.load import Run
-from reporting.render import accept_length_of, config_status, ok_cells, peak
+from reporting.objective import disqualifications
 from reporting.speedup import baseline_of, is_random_ids, speedups, workload_of
+from reporting.status import accept_length_of, config_status, ok_cells, peak
+
+matplotlib.use("Agg")  # no display on a controller: before pyplot is first imported
+import matplotlib.pyplot as plt  # noqa: E402
 
 
 def _log2_axis(ax, concurrencies):
     """x on a log2 scale, ticked and labelled at the measured concurrencies."""
-    from matplotlib.ticker import NullFormatter
     ax.set_xscale("log", base=2)
     ticks = sorted({c for c in concurrencies if c})
     if ticks:
         ax.set_xticks(ticks)
         ax.set_xticklabels([str(int(t)) if float(t).is_integer() else str(t) for t in ticks])
         ax.xaxis.set_minor_formatter(NullFormatter())
-
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def _decorate(ax, workload, concurrencies, ylabel):
@@ -44,7 +43,6 @@ def throughput_vs_concurrency(run: Run, path: Path):
     contexts = sorted({workload_of(c) for c in ok_cells(run.cells) if c.get("max_concurrency")})
     if not contexts:
         return None
-    plt = _plt()
     cols = min(len(contexts), 2)
     rows = (len(contexts) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
@@ -73,7 +71,6 @@ def throughput_vs_concurrency(run: Run, path: Path):
 def speedup_vs_concurrency(run: Run, path: Path):
     """One panel per workload; one line per speculative config (per host if several): speedup over the host's
     baseline at each concurrency, dashed line at 1.0. None when no host has a baseline and another config."""
-    from reporting.objective import disqualifications
     hosts = run.hosts() or [None]
     lines = {}                      # workload -> [(label, [(C, speedup)])]
     left_out = []                   # disqualified configs: their speedup means nothing (garbage is fast)
@@ -93,7 +90,6 @@ def speedup_vs_concurrency(run: Run, path: Path):
                 lines.setdefault(workload, []).append((label, sorted(series.items())))
     if not lines:
         return None
-    plt = _plt()
     workloads = sorted(lines)
     cols = min(len(workloads), 2)
     rows = (len(workloads) + cols - 1) // cols
@@ -127,7 +123,6 @@ def budget_plot(run: Run, path: Path):
     if not pts:
         return None
     pts.sort(key=lambda p: (p[0], p[3]))  # by budget, then name (two configs may share a budget)
-    plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [p[0] for p in pts]
     acc = [p[1] if p[1] is not None else float("nan") for p in pts]

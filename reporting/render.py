@@ -8,10 +8,11 @@ from pathlib import Path
 
 from reporting.load import Run
 from reporting.objective import Objective, decide
+from reporting.plots import make_plots
 from reporting.sections import (acceptance_section, disqualified_section, proposal_section, soak_section,
                                 speedup_section, winner_section)
-from reporting.acceptance import combined_acceptance
-from reporting.speedup import workload_of
+from reporting.speedup import config_spec, workload_of
+from reporting.status import accept_length_of, best_config, config_status, peak
 
 # Cell columns: (header, row key, decimals)
 CELL_COLUMNS = (
@@ -42,97 +43,10 @@ def fmt(value, digits=1):
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def ok_cells(cells):
-    return [c for c in cells if c.get("status") == "ok" and c.get("output_throughput") is not None]
-
-
-def peak(cells):
-    """The ok cell with the highest output tok/s, or None."""
-    good = ok_cells(cells)
-    return max(good, key=lambda c: c["output_throughput"]) if good else None
-
-
-def config_status(run: Run, config):
-    """'ok' | 'failed' | 'partial' | 'disqualified' for a config: its sweep outcome when there is one (a failed soak
-    counts as failed), else its cells; 'disqualified' when a sampled output of an ok config was flagged degenerate."""
-    outcome = run.outcome_of(config)
-    if outcome is not None:
-        soak = outcome.get("soak") if isinstance(outcome.get("soak"), dict) else {}
-        status = outcome.get("status", "failed")
-        if status == "ok" and soak.get("status") == "failed":
-            return "failed"
-        if status == "ok" and _degenerate(run, config):
-            return "disqualified"
-        return status
-    cells = run.cells_of(config)
-    if not cells:
-        return "failed"
-    good = ok_cells(cells)
-    if good and _degenerate(run, config):
-        return "disqualified"
-    return "ok" if len(good) == len(cells) else ("partial" if good else "failed")
-
-
-def _degenerate(run: Run, config):
-    return any(isinstance(c.get("degenerate"), dict) and (c["degenerate"].get("flagged") or 0) > 0
-               for c in run.cells_of(config) + run.soak_of(config))
-
-
-def accept_length_of(run: Run, config):
-    """The config's accept length over its ok cells (weighted by verify steps), else its sweep outcome's."""
-    length, _ = combined_acceptance(ok_cells(run.cells_of(config)))
-    if length is not None:
-        return length
-    outcome = run.outcome_of(config) or {}
-    return outcome.get("accept_length")
-
-
-def best_config(run: Run):
-    """Name of the config (not failed, not disqualified) with the highest peak output tok/s, or None."""
-    best = None
-    best_tps = -1.0
-    for name in run.config_names():
-        if name.startswith("_") or config_status(run, name) in ("failed", "disqualified"):
-            continue
-        cell = peak(run.cells_of(name))
-        if cell and cell["output_throughput"] > best_tps:
-            best, best_tps = name, cell["output_throughput"]
-    return best
-
-
 def _table(headers, rows):
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out
-
-
-FLAG_SPEC = {"--speculative-algorithm": "algorithm", "--speculative-ddtree-budget": "budget",
-             "--speculative-ddtree-topk-cap": "topk", "--speculative-eagle-topk": "topk",
-             "--speculative-dflash-block-size": "block_size", "--speculative-num-draft-tokens": "block_size"}
-
-
-def spec_from_flags(flags):
-    """The speculative spec read back from the running server's argv (a plain bench has no sweep outcome)."""
-    if not flags:
-        return {}
-    spec = {"algorithm": "NONE"}
-    for i, arg in enumerate(flags):
-        name, eq, value = str(arg).partition("=")
-        if name in FLAG_SPEC:
-            value = value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
-            spec[FLAG_SPEC[name]] = int(value) if str(value).isdigit() else value
-    spec["cuda_graph"] = "--disable-cuda-graph" not in flags
-    return spec
-
-
-def _spec(run: Run, config):
-    outcome = run.outcome_of(config) or {}
-    spec = outcome.get("spec") or {}
-    if not spec:
-        flags = next((c.get("provenance", {}).get("flags") for c in run.cells_of(config)
-                      if c.get("provenance", {}).get("flags")), None)
-        spec = spec_from_flags(flags)
-    return spec
 
 
 def render_report(run: Run, plots=(), objective=None, proposal=None, proposal_path=None) -> str:
@@ -178,7 +92,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
     headers = ["config", "status", *SPEC_KEYS, "peak out tok/s", "at ctx/C", "accept len", "ready s", "reason"]
     rows = []
     for name in names:
-        spec = _spec(run, name)
+        spec = config_spec(run, name)
         status = config_status(run, name)
         cell = peak(run.cells_of(name))
         outcome = run.outcome_of(name) or {}
@@ -235,7 +149,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
         cells = sorted(run.cells_of(name), key=lambda c: (c.get("host") or "", c.get("context_length") or 0,
                                                            c.get("max_concurrency") or 0))
         lines += [f"## Config `{name}`{' ★ best' if name == best else ''}", ""]
-        spec = _spec(run, name)
+        spec = config_spec(run, name)
         if spec:
             lines.append("Spec: " + ", ".join(f"{k}={v}" for k, v in spec.items()))
             lines.append("")
@@ -300,7 +214,6 @@ def write_report(run: Run, run_dir, plots=True, objective=None, proposal=None, p
     run_dir = Path(run_dir)
     made = []
     if plots:
-        from reporting.plots import make_plots
         made = make_plots(run, run_dir / "plots")
     rel = [str(Path(p).relative_to(run_dir)) for p in made]
     path = run_dir / "report.md"

@@ -3,7 +3,7 @@ and the run-level proposal summary."""
 from __future__ import annotations
 
 from reporting.acceptance import PER_REQUEST, RUNNING_AVERAGE, cell_acceptance, workload_acceptance
-from reporting.objective import no_slo_text
+from reporting.objective import journal_text, no_slo_text, per_cell_winners, soak_outcome
 from reporting.speedup import (RANDOM_IDS_NOTE, baseline_of, cell_map, config_names, crossover, geomean,
                                is_random_ids, speedups, workload_of)
 
@@ -73,7 +73,6 @@ def _cell_text(cell):
 def winner_section(run, host, decision):
     objective = decision.objective
     lines = ["## Winner", "", f"Objective: {objective.describe()}.", ""]
-    from reporting.objective import per_cell_winners
     winners = per_cell_winners(run, host, decision.disqualified)
     baseline = decision.baseline
     base = cell_map(run, baseline, host) if baseline else {}
@@ -136,7 +135,6 @@ def disqualified_section(decision):
 
 
 def soak_section(run, host):
-    from reporting.objective import journal_text, soak_outcome
     lines = ["## Shrinking-batch soak", ""]
     rows, failures = [], []
     for name in config_names(run, host):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from ansible.module_utils.sglang.speculative import summary_from_argv
+
 RANDOM_IDS_PREFIX = "random-ids/"
 RANDOM_IDS_NOTE = "throughput only: acceptance on random ids says nothing about real traffic"
 NEVER = "never"
@@ -49,13 +51,12 @@ def geomean(values):
 
 def config_spec(run, config, host=None):
     """The config's spec {algorithm, budget, ...}: its sweep outcome's, else read back from the server flags."""
-    from reporting.render import spec_from_flags
     outcome = run.outcome_of(config, host) or {}
     spec = outcome.get("spec") or {}
     if not spec:
         flags = next((c.get("provenance", {}).get("flags") for c in run.cells_of(config, host)
                       if c.get("provenance", {}).get("flags")), None)
-        spec = spec_from_flags(flags)
+        spec = summary_from_argv(flags)
     return spec
 
 

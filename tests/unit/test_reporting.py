@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from reporting import load_run, render_report
-from reporting.render import best_config, config_status
+from reporting.status import best_config, config_status
 
 ROOT = Path(__file__).resolve().parents[2]
 
