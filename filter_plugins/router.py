@@ -36,6 +36,7 @@ import ansible.module_utils
 _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
 from ansible.module_utils.router import client as router_client  # noqa: E402
+from ansible.module_utils.sglang import endpoint  # noqa: E402
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -87,7 +88,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def router_workers(groups, hostvars, worker_groups=("nvlink", "pcie"), exclude_groups=("router",),
-                   default_port=30000):
+                   default_port=None):
     if isinstance(worker_groups, str):
         worker_groups = [worker_groups]
     if isinstance(exclude_groups, str):
@@ -118,7 +119,9 @@ def router_workers(groups, hostvars, worker_groups=("nvlink", "pcie"), exclude_g
             elif profile.get("port") not in (None, ""):
                 port = _port(profile["port"], host, "sglang_service_server_profile.port")
             else:
-                port = _port(default_port, host, "the default worker port")
+                # the role passes the service's base port; bare, the port SGLang itself defaults to (its schema)
+                port = _port(endpoint.default_port() if default_port is None else default_port, host,
+                             "the default worker port")
             bind = str(overrides.get("host") or profile.get("host") or "")
             address = str(_get(hostvars, host, "sglang_service_advertise_address", "")
                           or _get(hostvars, host, "ansible_host", "") or host)
@@ -128,12 +131,12 @@ def router_workers(groups, hostvars, worker_groups=("nvlink", "pcie"), exclude_g
 
 
 def router_worker_urls(groups, hostvars, worker_groups=("nvlink", "pcie"), exclude_groups=("router",),
-                       default_port=30000):
+                       default_port=None):
     return [w["url"] for w in router_workers(groups, hostvars, worker_groups, exclude_groups, default_port)]
 
 
 def router_worker_map(groups, hostvars, worker_groups=("nvlink", "pcie"), exclude_groups=("router",),
-                      default_port=30000):
+                      default_port=None):
     return {w["host"]: w["url"] for w in router_workers(groups, hostvars, worker_groups, exclude_groups, default_port)}
 
 

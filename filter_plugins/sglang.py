@@ -12,6 +12,7 @@ extracted from the host's own venv), read by module_utils/sglang/schema.py.
     sglang_environment(env)                        -> ['"KEY=value"', ...] for Environment= lines (sorted)
     sglang_validate(server, speculative, context)  -> [] or [{"rule", "reason", "source", "detail"}, ...]
     sglang_probe_url(server)                       -> http://127.0.0.1:PORT (or the bind address)
+    sglang_port(server)                            -> the port: its own, else SGLang's default from the schema
     sglang_model_id(server)                        -> the id /v1/models must list
 
 Structured keys name flags, not argparse dests (which differ between versions: 0.5.11's dest for --tp-size is
@@ -37,6 +38,7 @@ import ansible.module_utils
 _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
 from ansible.module_utils.sglang import rules as rules_lib  # noqa: E402
+from ansible.module_utils.sglang import endpoint  # noqa: E402
 from ansible.module_utils.sglang import schema as schema_lib  # noqa: E402
 from ansible.module_utils.sglang.speculative import algorithm, flag_candidates, summary_from_config  # noqa: E402
 
@@ -189,13 +191,21 @@ def sglang_environment(env: dict) -> list[str]:
     return out
 
 
-def sglang_probe_url(server: dict) -> str:
-    host = str(server.get("host") or "127.0.0.1")
-    if host in ("0.0.0.0", "::", "", "localhost"):
-        host = "127.0.0.1"
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{server.get('port') or 30000}"
+def sglang_probe_url(server: dict, schema=None) -> str:
+    """http://HOST:PORT the service answers at from its own host (module_utils/sglang/endpoint.py)."""
+    try:
+        return endpoint.probe_url(server, flag_schema(schema) if schema not in (None, "") else None)
+    except schema_lib.SchemaError as exc:
+        raise SGLangConfigError(str(exc)) from exc
+
+
+def sglang_port(server: dict, schema=None) -> int:
+    """The port the server config listens on: its own, else SGLang's --port default from the flag schema (the one
+    home of the port fallback: module_utils/sglang/endpoint.py)."""
+    try:
+        return endpoint.listen_port(server, flag_schema(schema) if schema not in (None, "") else None)
+    except schema_lib.SchemaError as exc:
+        raise SGLangConfigError(str(exc)) from exc
 
 
 def sglang_model_id(server: dict) -> str:
@@ -243,6 +253,7 @@ class FilterModule:
             "sglang_validate": sglang_validate,
             "sglang_violations_text": sglang_violations_text,
             "sglang_probe_url": sglang_probe_url,
+            "sglang_port": sglang_port,
             "sglang_model_id": sglang_model_id,
             "sglang_spec_summary": sglang_spec_summary,
         }
