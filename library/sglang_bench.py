@@ -34,7 +34,8 @@ options:
     elements: int
     default: []
   prompt_sets:
-    description: Conversation sets by name (each a list of C({"id", "messages": [{"role", "content"}]})); one workload each.
+    description: >-
+      Conversation sets by name (each a list of C({"id", "messages": [{"role", "content"}]})); one workload each.
     type: dict
     default: {}
   dataset_path:

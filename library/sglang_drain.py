@@ -8,7 +8,8 @@ short_description: Wait, bounded, until an SGLang server's in-flight requests re
 description:
   - Polls the server's live load, C(GET /v1/loads?include=core) (SGLang 0.5.11; running + waiting requests summed
     over DP ranks), until it is zero for I(quiet_for) seconds. Logic in C(module_utils/sglang/drain.py).
-  - Meant for after the server was taken out of its router's rotation: no new request arrives, the ones in flight
+  - >-
+    Meant for after the server was taken out of its router's rotation: no new request arrives, the ones in flight
     finish. A server still busy at I(timeout), one that stops answering, or one without C(/v1/loads) fails, with the
     series of samples as evidence.
   - Read-only; check mode takes one look and reports it.

@@ -6,12 +6,14 @@ DOCUMENTATION = r"""
 module: sglang_router_worker
 short_description: Remove a worker from SGLang's router, or add it back and wait until the router routes to it
 description:
-  - Talks to the router's worker API (smg 1.13: C(GET/POST /workers), C(DELETE /workers/{id}); recorded in
+  - >-
+    Talks to the router's worker API (smg 1.13: C(GET/POST /workers), C(DELETE /workers/{id}); recorded in
     C(tests/fixtures/router/smg-1.13.0/)). Logic in C(module_utils/router/client.py).
   - C(state=absent) deletes the worker (found by URL) and waits, bounded, until the router no longer lists it (it
     drains it first, ~5 s). It refuses, before deleting, when fewer than I(min_healthy_after) healthy workers would
     remain.
-  - C(state=present) adds the worker when it is not listed, or when it is listed but not healthy (a worker marked
+  - >-
+    C(state=present) adds the worker when it is not listed, or when it is listed but not healthy (a worker marked
     failed in a static fleet is re-added explicitly: it is deleted and added again), then waits until the router
     lists it healthy and, with I(wait_routed), until the router's own per-worker counter
     (C(smg_worker_requests_total)) shows a request dispatched to it. With I(probe) the module sends its own small

@@ -10,7 +10,8 @@ description:
     module fails and the live venv stays as it was.
   - Files the stream's receiver hashed as it wrote them (C(.<name>.stage.hashes), 0600) are not read
     again as long as they keep the stat key they had when hashed; every other file is read and hashed here.
-  - Then (I(bytecode)) compiles the stage's byte-code with the stage's own interpreter, before the swap: every
+  - >-
+    Then (I(bytecode)) compiles the stage's byte-code with the stage's own interpreter, before the swap: every
     module under purelib/platlib as a checked-hash pyc naming its live path (module_utils/venv/bytecode.py), so that
     no start of the service compiles anything (the service user cannot write into the root-owned venv). A pyc the
     stream hard-linked from the live venv that is still valid is kept; pycs of deleted sources are removed. Byte-code

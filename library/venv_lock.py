@@ -10,7 +10,8 @@ description:
     that is not one exact C(name==version) with C(--hash=sha256:<64 hex>) hashes (a range, a wildcard, a URL or path,
     a line without hashes, an include C(-r)/C(-c), an editable, an option other than C(--index-url),
     C(--extra-index-url), C(--find-links), a name locked twice for the same markers).
-  - With I(input) - the lock's C(# input: <file> sha256=<hex>) header must be the input's current sha256 (the
+  - >-
+    With I(input) - the lock's C(# input: <file> sha256=<hex>) header must be the input's current sha256 (the
     flavour's top-level pins changed and nobody re-ran roles/venv/files/locks/lock.sh otherwise).
   - With I(local_packages) - their C([build-system].requires) and C([project].dependencies) must be in the lock
     (they are installed after it with C(--no-deps --no-build-isolation)); requirements with markers are left to
