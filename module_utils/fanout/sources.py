@@ -29,9 +29,10 @@ import time
 from urllib.parse import quote
 
 from ansible.module_utils.fanout.peer_unit import PeerError, peer_index
+from ansible.module_utils.evidence.error import EvidenceError
 
 
-class NoSource(Exception):
+class NoSource(EvidenceError):
     """No host of the fleet will ever hold the file and the Hub is not allowed."""
 
 

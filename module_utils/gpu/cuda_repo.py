@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils.evidence.error import EvidenceError
+
 DEFAULT_BASE = "https://developer.download.nvidia.com/compute/cuda/repos/"
 # (os-release ID, VERSION_ID) -> NVIDIA's distribution directory.
 DISTROS = {("debian", "12"): "debian12", ("ubuntu", "22.04"): "ubuntu2204", ("ubuntu", "24.04"): "ubuntu2404"}
@@ -51,7 +53,7 @@ PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 VERSION_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
 
 
-class CudaRepoError(ValueError):
+class CudaRepoError(EvidenceError, ValueError):
     """No NVIDIA CUDA repository serves this host, or the input is malformed; the message says what is supported."""
 
 

@@ -22,6 +22,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ansible.module_utils.evidence.error import EvidenceError
+
 
 SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -33,12 +35,12 @@ _API_COLLECTION = {"model": "models", "dataset": "datasets"}
 _URL_PREFIX = {"model": "", "dataset": "datasets/"}
 
 
-class HubError(Exception):
+class HubError(EvidenceError):
     """A Hub answer we cannot use. `code` is the X-Error-Code (RepoNotFound, RevisionNotFound, ...) or a local
     reason (HostileEntry, SizeMismatch, HTTP status)."""
 
     def __init__(self, msg, code=None, status=None):
-        super(HubError, self).__init__(msg)
+        super(HubError, self).__init__(msg, kind="hub", evidence={"code": code, "status": status})
         self.code = code
         self.status = status
 

@@ -28,13 +28,14 @@ import time
 
 from ansible.module_utils.loadgen.transport import HttpConnection, HttpError, get_json, split_url
 from ansible.module_utils.loadgen.metrics import RequestResult, compute_metrics, first_errors, request_record, spec_totals
+from ansible.module_utils.evidence.error import EvidenceError
 
 BACKENDS = ("sglang", "sglang-oai", "sglang-oai-chat")
 # Token ids drawn for random prompts: well inside any production vocabulary, clear of special tokens.
 TOKEN_ID_RANGE = (1000, 20000)
 
 
-class CellError(Exception):
+class CellError(EvidenceError):
     """The cell could not be measured at all (warmup failed, server unreachable)."""
 
 

@@ -17,6 +17,8 @@ import json
 import os
 import subprocess
 
+from ansible.module_utils.evidence.error import EvidenceError
+
 FORMATS = ("auto", "chat-template", "plain")
 
 # Runs in the target venv: {"tokenizer": dir, "conversations": [[{role, content}], ...]} on stdin,
@@ -67,7 +69,7 @@ sys.exit(3)
 """
 
 
-class PromptError(Exception):
+class PromptError(EvidenceError):
     """A workload that cannot be built (empty set, missing dataset, unrenderable template when required)."""
 
 

@@ -18,8 +18,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ansible.module_utils.evidence.error import EvidenceError
 
-class HttpError(Exception):
+
+class HttpError(EvidenceError):
     """An HTTP answer other than 200, or a broken stream."""
 
 

@@ -25,18 +25,16 @@ from typing import Callable
 from urllib.parse import quote
 
 from ansible.module_utils.sglang import api as sglang_http
+from ansible.module_utils.evidence.error import EvidenceError
 
 ROUTED_HEADER = "x-smg-routed-worker-id"
 _METRIC_RE = re.compile(r'^smg_worker_requests_total\{(?P<labels>[^}]*)\}\s+(?P<value>[0-9.eE+-]+)\s*$')
 _LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-class RouterError(Exception):
+class RouterError(EvidenceError):
     def __init__(self, kind: str, message: str, evidence: dict | None = None):
-        super().__init__(message)
-        self.kind = kind  # "timeout" | "error" | "conflict" | "not_found" | "unauthorized"
-        self.message = message
-        self.evidence = evidence or {}
+        super().__init__(message, kind=kind, evidence=evidence)  # kind: "timeout" | "error" | "conflict" | "not_found" | "unauthorized"
 
 
 def norm_url(url: str) -> str:

@@ -14,16 +14,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ansible.module_utils.sglang import api as sglang_http
+from ansible.module_utils.evidence.error import EvidenceError
 
 LOADS_PATH = "/v1/loads?include=core"
 
 
-class DrainError(Exception):
+class DrainError(EvidenceError):
     def __init__(self, kind: str, message: str, evidence: dict):
-        super().__init__(message)
-        self.kind = kind  # "timeout" | "unsupported" | "unauthorized" | "down"
-        self.message = message
-        self.evidence = evidence
+        super().__init__(message, kind=kind, evidence=evidence)  # kind: "timeout" | "unsupported" | "unauthorized" | "down"
 
 
 def in_flight(answer) -> tuple[int, int]:

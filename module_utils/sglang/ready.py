@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from ansible.module_utils.sglang import api as sglang_http
 from ansible.module_utils.systemd import unit as systemd_unit
+from ansible.module_utils.evidence.error import EvidenceError
 
 PHASE_STOPPING = "stopping previous process"
 PHASE_STARTING = "starting"
@@ -32,13 +33,10 @@ PHASE_ANSWERING = "answering"
 SYSTEMD_DONE_MARKERS = ("Main process exited", "Failed with result", "Deactivated successfully", "Scheduled restart")
 
 
-class ReadyError(Exception):
+class ReadyError(EvidenceError):
     def __init__(self, kind: str, phase: str, message: str, evidence: dict):
-        super().__init__(message)
-        self.kind = kind  # "failed" | "timeout" | "error"
+        super().__init__(message, kind=kind, evidence=evidence)  # kind: "failed" | "timeout" | "error"
         self.phase = phase
-        self.message = message
-        self.evidence = evidence
 
 
 @dataclass

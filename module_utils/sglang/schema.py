@@ -20,13 +20,15 @@ import json
 import os
 import re
 
+from ansible.module_utils.evidence.error import EvidenceError
+
 SCHEMA_FORMAT = 1
 SCHEMA_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "schemas", "sglang"))
 PROBLEMS = ("unknown", "deprecated", "removed", "invalid_choice", "missing_value", "bad_type", "missing_required")
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
-class SchemaError(ValueError):
+class SchemaError(EvidenceError, ValueError):
     pass
 
 

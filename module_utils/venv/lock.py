@@ -29,6 +29,8 @@ import hashlib
 import os
 import re
 
+from ansible.module_utils.evidence.error import EvidenceError
+
 try:  # Python >= 3.11; older hosts skip the early local-package check (pip check after the install still runs)
     import tomllib
 except ImportError:  # pragma: no cover - exercised on Python < 3.11 only
@@ -51,7 +53,7 @@ HASH_OPT_RE = re.compile(r"(?:^|\s)--hash(?:=|\s+)(\S+)")
 INPUT_RE = re.compile(r"^#\s*input:\s*(?P<path>\S+)\s+sha256=(?P<sha256>[0-9a-f]{64})\s*$")
 
 
-class LockError(Exception):
+class LockError(EvidenceError):
     """A lock that pip's hash-checking mode could not install as it stands, or that does not fit its input."""
 
 

@@ -31,6 +31,8 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible.module_utils.evidence.error import EvidenceError
+
 EXCLUDE_DIRS = ("__pycache__",)
 EXCLUDE_SUFFIXES = (".pyc",)
 # The venv's own record of its content hash, written into the stage at every swap (the service's launcher refuses
@@ -43,7 +45,7 @@ CACHE_VERSION = 1
 RACY_NS = 100_000_000  # entries changed < 100 ms before the scan are not cached (ctime ticks are <= 10 ms)
 
 
-class ManifestError(Exception):
+class ManifestError(EvidenceError):
     """A tree that cannot be described (unsupported file type, unreadable file, not a venv)."""
 
 

@@ -20,11 +20,13 @@ import shutil
 import subprocess
 import tempfile
 
+from ansible.module_utils.evidence.error import EvidenceError
+
 PATCH_BIN = "patch"
 SERIES_FILE = "series"
 
 
-class PatchError(Exception):
+class PatchError(EvidenceError):
     """A series that is empty, names a missing file, or a patch that neither applies nor is applied."""
 
 
