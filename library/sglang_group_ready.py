@@ -164,7 +164,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.multinode.plan import GroupError, GroupOptions, RankSpec, wait_group
+from ansible.module_utils.multinode.group_ready import GroupError, GroupOptions, RankSpec, wait_group
 from ansible.module_utils.sglang.ready import Options, Probe, start
 from ansible.module_utils.sglang.api import call
 from ansible.module_utils.systemd.unit import SystemdError

@@ -135,8 +135,10 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.multinode.plan import (MultinodeError, connect, consistency, listen, port_state,
-                                                   rank_facts, route_to, socket_env, socket_ifname_problems)
+from ansible.module_utils.multinode.consistency import consistency, rank_facts
+from ansible.module_utils.multinode.network import (connect, listen, port_state, route_to, socket_env,
+                                                    socket_ifname_problems)
+from ansible.module_utils.multinode.plan import MultinodeError
 
 
 def main():
