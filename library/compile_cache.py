@@ -11,7 +11,8 @@ description:
   - Real SGLang JIT-compiles kernels into its HOME on a cold start (measured on an H200 with SGLang 0.5.11 -
     C(.triton/cache), C(.cache/flashinfer), C(.cache/tvm-ffi), C(.cache/sglang); a seeded HOME was ready 22 s sooner,
     see tests/fixtures/real_sglang/compile_cache/0.5.11-h200.json). The service role spreads them host to host
-    through a store on the controller; this module does the host's part. The logic is module_utils/compile_cache/cache/cache.py.
+    through a store on the controller; this module does the host's part. The logic is module_utils/compile_cache/
+    (key.py, host.py, bundle.py, pack.py, record.py, install.py).
   - I(state=key) reads what invalidates the caches - GPU name, compute capability and driver (nvidia-smi; all empty on
     a host without it), the CUDA toolkit's version (I(cuda_home)), SGLang's version and the patch-series hash (the venv
     role's provenance fact I(fact_path)), torch's version (the venv's dist-info), the venv's content digest, tp/ep and
@@ -160,8 +161,13 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.compile_cache.cache import (DEFAULT_DIRS, CompileCacheError, cache_key, host_facts, install,
-                                                pack, plan, read_record, record_published)
+from ansible.module_utils.compile_cache.bundle import DEFAULT_DIRS
+from ansible.module_utils.compile_cache.error import CompileCacheError
+from ansible.module_utils.compile_cache.host import host_facts
+from ansible.module_utils.compile_cache.install import install
+from ansible.module_utils.compile_cache.key import cache_key
+from ansible.module_utils.compile_cache.pack import pack, plan
+from ansible.module_utils.compile_cache.record import read_record, record_published
 
 
 def main():

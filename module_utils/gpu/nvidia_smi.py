@@ -1,7 +1,11 @@
-"""Parsers for `nvidia-smi` output: the per-GPU CSV query and the `topo -m` link matrix.
+"""nvidia-smi's one home: its arguments, the parsers of its per-GPU CSV query and `topo -m` link matrix, and the
+plain GPU query that callers needing only the GPU list run (query_gpus).
 
-Pure functions over text, stdlib only: they run on the target (Python 3.11) inside the gpu_facts module and
-are unit-tested on the controller without Ansible. Nothing here runs a command.
+Stdlib only (and evidence/error.py): it runs on the target (Python 3.11) inside the modules and is unit-tested on
+the controller without Ansible, on recorded output (tests/fixtures/nvidia-smi/). The parsers are pure functions over
+text; query_gpus is the one function here that runs nvidia-smi (through a subprocess.run-like `run`, so tests feed
+recordings). The driver gate (gpu/probe.py) runs its own retrying GATE_FIELDS query and `topo -m` with the
+arguments from here; tests/unit/test_nvidia_smi.py holds that no other file builds an nvidia-smi command line.
 
 Formats parsed (as documented by `nvidia-smi --help-query-gpu` and `nvidia-smi topo -h`):
 
@@ -19,7 +23,14 @@ Formats parsed (as documented by `nvidia-smi --help-query-gpu` and `nvidia-smi t
   ``SYS``. Columns are tab-separated; a terminal may add ANSI escapes, which are stripped.
 """
 
+import os
 import re
+import shutil
+import subprocess
+
+from ansible.module_utils.evidence.error import EvidenceError
+
+BINARY = "nvidia-smi"
 
 # Order matters: `name` is last (it may contain ", "); the rest never contain a comma.
 QUERY_FIELDS = ("index", "uuid", "pci.bus_id", "memory.total", "driver_version", "compute_cap", "name")
@@ -58,8 +69,17 @@ _GPU_LABEL = re.compile(r"^GPU(\d+)$")
 _NVLINK = re.compile(r"^NV(\d+)$")
 
 
-class NvidiaSmiParseError(ValueError):
+class NvidiaSmiParseError(EvidenceError, ValueError):
     """The text is not the documented nvidia-smi format; the message quotes the offending line."""
+
+    default_kind = "nvidia_smi_format"
+
+
+class NvidiaSmiError(EvidenceError):
+    """An nvidia-smi that is there but does not answer (not runnable, a non-zero exit): the message names the
+    command and quotes what it printed."""
+
+    default_kind = "nvidia_smi"
 
 
 def _value(raw):
@@ -129,6 +149,46 @@ def parse_query_gpu(text, fields=QUERY_FIELDS):
         })
     gpus.sort(key=lambda g: g["index"])
     return gpus
+
+
+def find_binary(nvidia_smi=BINARY):
+    """The nvidia-smi to run: a path as given (when it exists) or a name looked up on PATH; None when there is none."""
+    if os.sep in nvidia_smi:
+        return nvidia_smi if os.path.exists(nvidia_smi) else None
+    return shutil.which(nvidia_smi)
+
+
+def query_gpus(nvidia_smi=BINARY, run=None, timeout=60, fields=QUERY_FIELDS):
+    """The host's GPUs: `nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` run and parsed
+    (parse_query_gpu), or None when the host has no nvidia-smi (find_binary). `run` is subprocess.run or a
+    stand-in called the same way. NvidiaSmiError when it is there but cannot be run or exits non-zero,
+    NvidiaSmiParseError when it answers in another format."""
+    binary = find_binary(nvidia_smi)
+    if not binary:
+        return None
+    argv = [binary] + list(query_args(tuple(fields)))
+    run = run or subprocess.run
+    try:
+        out = run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NvidiaSmiError("%s: %s" % (" ".join(argv), exc), evidence={"argv": argv})
+    if out.returncode != 0:
+        said = (out.stderr or out.stdout or "").strip()[-500:]
+        raise NvidiaSmiError("%s exited %s: %s" % (" ".join(argv), out.returncode, said),
+                             evidence={"argv": argv, "rc": out.returncode, "output": said})
+    return parse_query_gpu(out.stdout, fields)
+
+
+IDENTITY_FIELDS = (("gpu_name", "name"), ("compute_capability", "compute_capability"),
+                   ("driver_version", "driver_version"))
+
+
+def gpu_identity(gpus):
+    """{gpu_name, compute_capability, driver_version} of parsed GPUs (parse_query_gpu): each the distinct values
+    sorted and joined with "+" (a host with GPUs of different kinds names them all), a value nvidia-smi reports
+    as unavailable as "[N/A]"; "" for all three when there is no GPU."""
+    return {key: "+".join(sorted({g[field] if g[field] is not None else "[N/A]" for g in gpus}))
+            for key, field in IDENTITY_FIELDS}
 
 
 def driver_major(version):

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils.compile_cache import cache as cc
+from ansible.module_utils.compile_cache.bundle import DEFAULT_DIRS, file_sha256
+from ansible.module_utils.compile_cache.install import install
+from ansible.module_utils.compile_cache.pack import pack
+from ansible.module_utils.compile_cache.record import RECORD_NAME
 from tests.integration.conftest import run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +59,7 @@ def evidence(run, host: str) -> dict:
 def wipe_and_stop(lab, host: str) -> None:
     """The service stopped and every compile cache of its home gone (as on a new host)."""
     lab.ssh(host, f"systemctl stop sglang.service && rm -rf {HOME}/.triton {HOME}/.cache {HOME}/.nv "
-                  f"{HOME}/{cc.RECORD_NAME}")
+                  f"{HOME}/{RECORD_NAME}")
 
 
 def journal_of(lab, host: str, invocation: str, needle: str, timeout: float = 30) -> str:
@@ -83,7 +86,7 @@ def published(lab, store):
     prep = run_playbook(lab, PREPARE)
     assert prep.rc == 0, prep.stdout[-3000:]
     for host in HOSTS:  # a clean start: no cache, no record (the lab may be reused)
-        lab.ssh(host, f"rm -rf {HOME}/.triton {HOME}/.cache {HOME}/.nv {HOME}/{cc.RECORD_NAME}", check=False)
+        lab.ssh(host, f"rm -rf {HOME}/.triton {HOME}/.cache {HOME}/.nv {HOME}/{RECORD_NAME}", check=False)
     run = service(lab, store, limit=None, full=True)
     assert run.rc == 0, run.failures()
     keys = {h: run.result(KEY_TASK, h)["key"] for h in HOSTS}
@@ -97,14 +100,14 @@ def test_the_first_run_publishes_one_bundle_per_key(published, store, lab):
         assert meta["key"] == keys[host] and meta["publisher"] == host
         assert meta["key_doc"] == run.result(KEY_TASK, host)["key_doc"]
         bundle = store / keys[host] / "bundle.tar"
-        assert cc.file_sha256(str(bundle)) == meta["sha256"] and bundle.stat().st_size == meta["bytes"]
+        assert file_sha256(str(bundle)) == meta["sha256"] and bundle.stat().st_size == meta["bytes"]
         with tarfile.open(bundle) as tf:
             manifest = json.loads(tf.extractfile("manifest.json").read())
         assert manifest["key"] == keys[host] and set(manifest["dirs"]) == {".triton/cache", ".cache/flashinfer",
                                                                            ".cache/tvm-ffi", ".cache/sglang"}
         assert {e["path"]: e["sha256"] for e in manifest["files"]} == home_files(lab, host)
         assert run.result(PACK_TASK, host)["changed"] and evidence(run, host)["compile_cache"]["published"]
-        record = json.loads(lab.ssh(host, f"cat {HOME}/{cc.RECORD_NAME}").stdout)
+        record = json.loads(lab.ssh(host, f"cat {HOME}/{RECORD_NAME}").stdout)
         assert record["key"] == keys[host] and record["source"] == "published"
     assert keys[B300] != keys[CT200]  # other flags (DDTREE vs autoregressive, CUDA graphs): other kernels
     assert sorted(p.name for p in store.iterdir()) == sorted(keys.values())  # nothing incoming left behind
@@ -159,10 +162,10 @@ def test_a_bundle_of_another_key_is_refused_and_the_service_comes_up_cold(publis
     meta = json.loads((saved_bundle / "bundle.json").read_text())
     src = tmp_path / "home"
     src.mkdir()
-    assert cc.install(str(saved_bundle / "bundle.tar"), meta["key"], meta["sha256"], str(src), cc.DEFAULT_DIRS,
+    assert install(str(saved_bundle / "bundle.tar"), meta["key"], meta["sha256"], str(src), DEFAULT_DIRS,
                       expected_doc=meta["key_doc"])["installed"]
     other_doc = dict(meta["key_doc"], driver_version="999.99")
-    packed = cc.pack(str(src), cc.DEFAULT_DIRS, other_doc, str(store / keys[B300] / "bundle.tar"))
+    packed = pack(str(src), DEFAULT_DIRS, other_doc, str(store / keys[B300] / "bundle.tar"))
     (store / keys[B300] / "bundle.json").write_text(json.dumps(dict(meta, sha256=packed["sha256"],
                                                                      bytes=packed["bytes"])))
     wipe_and_stop(lab, B300)
@@ -176,7 +179,7 @@ def test_a_bundle_of_another_key_is_refused_and_the_service_comes_up_cold(publis
     assert "not in the compile cache" in journal_of(lab, B300, ev["invocation_id"], "stand-in JIT")  # cold
     assert float(ev["tok_s"]) > 0
     assert lab.ssh(B300, f"ls -A {STAGE}").stdout.strip() == ""
-    record = lab.ssh(B300, f"cat {HOME}/{cc.RECORD_NAME}", check=False)
+    record = lab.ssh(B300, f"cat {HOME}/{RECORD_NAME}", check=False)
     assert record.returncode != 0  # nothing recorded: the next run tries the store again
 
 

@@ -1,15 +1,21 @@
-"""Parsers of nvidia-smi output, on texts written from the documented formats and on a real H200 capture."""
+"""nvidia-smi's one home (module_utils/gpu/nvidia_smi.py): its parsers, on texts written from the documented formats
+and on a real H200 capture, its GPU query on the recordings, and the rule that no other file builds its argv."""
 
+import ast
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from ansible.module_utils.evidence.error import EvidenceError
 from ansible.module_utils.gpu.nvidia_smi import (
-    GATE_FIELDS, HEALTH_FIELDS, QUERY_ARGS, QUERY_FIELDS, NvidiaSmiParseError, driver_major, parse_query_gpu,
-    parse_topology, query_args, suggest_profile, summarize_links, unknown_field)
+    GATE_FIELDS, HEALTH_FIELDS, QUERY_ARGS, QUERY_FIELDS, NvidiaSmiError, NvidiaSmiParseError, driver_major,
+    gpu_identity, parse_query_gpu, parse_topology, query_args, query_gpus, suggest_profile, summarize_links,
+    unknown_field)
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "nvidia-smi"
 
 
 def read(name):
@@ -178,3 +184,136 @@ def test_gate_query_needs_every_column():
     gpus = parse_query_gpu(read("b300-8gpu-nvlink-gate-query.txt"), GATE_FIELDS)
     assert [dict(g, health={}) for g in gpus] == parse_query_gpu(read("b300-8gpu-nvlink-query.txt"))
     assert {g["health"]["fabric.state"] for g in gpus} == {"Completed"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# query_gpus and gpu_identity, on the recordings
+
+
+def _recorded(name, returncode=0, asked=None):
+    """A subprocess.run stand-in that answers with a recording (a *-query.txt, or an `rc= / --- stdout / ---
+    stderr` capture such as h200-unknown-field.txt)."""
+    text = read(name)
+    stdout, stderr = text, ""
+    if text.startswith("rc="):
+        head, _, rest = text.partition("\n--- stdout\n")
+        stdout, _, stderr = rest.partition("--- stderr\n")
+        returncode = int(head[3:])
+
+    def run(argv, **kw):
+        if asked is not None:
+            asked.append((argv, kw))
+        return SimpleNamespace(returncode=returncode, stdout=stdout, stderr=stderr)
+    return run
+
+
+@pytest.mark.parametrize("name,identity", [
+    ("h200-query.txt", ("NVIDIA H200", "9.0", "580.159.04")),
+    ("b300-8gpu-nvlink-query.txt", ("NVIDIA B300 SXM6 AC", "10.3", "580.95.05")),
+    ("ct200-8gpu-pcie-query.txt", ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", "580.95.05")),
+])
+def test_query_gpus_and_their_identity_from_the_recordings(tmp_path, name, identity):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("")
+    asked = []
+    gpus = query_gpus(str(smi), _recorded(name, asked=asked), timeout=7)
+    assert asked == [([str(smi), *QUERY_ARGS], {"capture_output": True, "text": True, "timeout": 7, "check": False})]
+    assert gpus == parse_query_gpu(read(name))
+    assert gpu_identity(gpus) == dict(zip(("gpu_name", "compute_capability", "driver_version"), identity))
+
+
+def test_gpu_identity_of_mixed_unknown_and_no_gpus():
+    gpus = parse_query_gpu(read("h200-query.txt")) + parse_query_gpu(read("ct200-8gpu-pcie-query.txt"))
+    assert gpu_identity(gpus) == {"gpu_name": "NVIDIA H200+NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                                  "compute_capability": "12.0+9.0", "driver_version": "580.159.04+580.95.05"}
+    odd = parse_query_gpu("0, GPU-a, [N/A], [N/A], 575.51.03, [N/A], NVIDIA H100 80GB HBM3\n")
+    assert gpu_identity(odd)["compute_capability"] == "[N/A]"
+    assert gpu_identity([]) == {"gpu_name": "", "compute_capability": "", "driver_version": ""}
+
+
+def test_query_gpus_without_nvidia_smi_or_with_one_that_fails(tmp_path):
+    assert query_gpus(str(tmp_path / "no-such-smi"), _recorded("h200-query.txt")) is None
+    assert query_gpus("no-such-nvidia-smi-on-path", _recorded("h200-query.txt")) is None
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("")
+    with pytest.raises(NvidiaSmiError, match='exited 2: Field "no.such.field" is not a valid field') as err:
+        query_gpus(str(smi), _recorded("h200-unknown-field.txt"))
+    assert isinstance(err.value, EvidenceError) and err.value.evidence["rc"] == 2
+    assert err.value.evidence["argv"] == [str(smi), *QUERY_ARGS]
+
+    def broken(argv, **kw):
+        raise OSError(8, "Exec format error")
+    with pytest.raises(NvidiaSmiError, match="Exec format error"):
+        query_gpus(str(smi), broken)
+    old_shape = SimpleNamespace(returncode=0, stdout="NVIDIA H200, 9.0, 580.159.04\n", stderr="")
+    with pytest.raises(NvidiaSmiParseError, match="expected 7") as bad:  # another query's answer: 3 columns, not 7
+        query_gpus(str(smi), lambda argv, **kw: old_shape)
+    assert isinstance(bad.value, EvidenceError) and isinstance(bad.value, ValueError)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nvidia-smi's argv is built here and nowhere else
+
+# Files of module_utils/ (besides gpu/nvidia_smi.py) that still build an nvidia-smi command line, and why. Shrink
+# it, never grow it: whoever needs the GPU list calls query_gpus (compile_cache/host.py does).
+ARGV_BUILDERS = {
+    "gpu/probe.py": "the driver gate's GATE_FIELDS query, asked again without a field the driver does not know, and "
+                    "topo -m, through the gate's runner (its tests feed recordings); every argument is nvidia_smi.py's "
+                    "(query_args, TOPO_ARGS)",
+    "sglang/preflight.py": "read_gpus runs QUERY_ARGS itself: the same query as query_gpus, left to sglang/'s owner",
+    "loadgen/provenance.py": "its own --query-gpu=driver_version,name argv, from before nvidia_smi.py was the one "
+                             "home; left to loadgen/'s owner",
+}
+ARGV_PIECES = {"QUERY_ARGS", "query_args", "TOPO_ARGS", "CSV_FORMAT"}
+
+
+def _docstrings(tree):
+    return {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+def nvidia_smi_argv_in(path):
+    """Where the file builds an nvidia-smi command line: a list/tuple literal naming nvidia-smi, a string that is one
+    of its query flags, or nvidia_smi.py's argument pieces taken to run them itself."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)) and any(
+                isinstance(e, ast.Constant) and isinstance(e.value, str)
+                and (e.value == "nvidia-smi" or e.value.endswith("/nvidia-smi")) for e in node.elts):
+            found.append("line %d: an argv naming nvidia-smi" % node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                and node.value.startswith(("--query-", "--format=csv", "--help-query")):
+            found.append("line %d: the flag %r" % (node.lineno, node.value[:40]))
+        elif isinstance(node, ast.ImportFrom) and node.module == "ansible.module_utils.gpu.nvidia_smi":
+            pieces = sorted(a.name for a in node.names if a.name in ARGV_PIECES)
+            if pieces:
+                found.append("line %d: imports %s" % (node.lineno, ", ".join(pieces)))
+        elif isinstance(node, ast.Attribute) and node.attr in ARGV_PIECES:
+            found.append("line %d: uses .%s" % (node.lineno, node.attr))
+    return found
+
+
+def test_no_file_but_gpu_nvidia_smi_builds_an_nvidia_smi_argv():
+    mu = ROOT / "module_utils"
+    builders = {}
+    for path in sorted(mu.rglob("*.py")):
+        rel = path.relative_to(mu).as_posix()
+        if rel != "gpu/nvidia_smi.py" and "__pycache__" not in path.parts:
+            found = nvidia_smi_argv_in(path)
+            if found:
+                builders[rel] = found
+    assert not any(rel.startswith("compile_cache/") for rel in builders), builders
+    unexplained = {rel: found for rel, found in builders.items() if rel not in ARGV_BUILDERS}
+    assert not unexplained, "call gpu/nvidia_smi.py (query_gpus) instead: %r" % unexplained
+    assert nvidia_smi_argv_in(mu / "gpu" / "nvidia_smi.py")  # the rule sees an argv where there is one
+
+
+def test_the_rule_sees_an_argv_built_the_old_way(tmp_path):
+    old = tmp_path / "old.py"
+    old.write_text('argv = [binary, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]\n'
+                   'x = ["nvidia-smi", "-L"]\ny = ("/usr/bin/nvidia-smi", "topo", "-m")\n'
+                   'message = ("none: nvidia-smi listed no GPU", "none")\n')
+    assert len(nvidia_smi_argv_in(old)) == 4  # the message is no argv
