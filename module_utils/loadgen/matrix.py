@@ -32,7 +32,7 @@ from ansible.module_utils.loadgen import prompts as bench_prompts
 from ansible.module_utils.loadgen.client import BACKENDS, CellError, run_cell, run_soak
 from ansible.module_utils.loadgen.transport import get_json
 from ansible.module_utils.loadgen.metrics import METRIC_KEYS
-from ansible.module_utils.sglang.smoke import degenerate
+from ansible.module_utils.sglang.degenerate import degenerate
 
 CLIENTS = ("builtin", "sglang.bench_serving", "auto")
 SCHEMA = 2

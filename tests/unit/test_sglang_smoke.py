@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from ansible.module_utils.sglang import smoke as sm
+from ansible.module_utils.sglang.degenerate import degenerate
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))
@@ -25,7 +26,7 @@ REAL = ROOT / "tests/fixtures/real_sglang/0.5.11/against_real.json"
     (" ".join(["a", "b", "c"] * 20), "repetition"),
 ])
 def test_degenerate_detected(text, why):
-    assert why in sm.degenerate(text)
+    assert why in degenerate(text)
 
 
 def real_answers():
@@ -40,17 +41,17 @@ def test_detector_on_real_answers_flags_the_real_loop_and_passes_the_real_correc
     # Both servers looped on these two (a 6-word line and a 16-word sentence repeated back to back); the detector
     # of the time missed the first on the plain server: its window stopped at 4-word units.
     looped = [a for a in answers if a["prompt"] in ("Write a long poem about the sea.", "Tell me about yourself.")]
-    assert len(looped) == 4 and all("repetition loop" in (sm.degenerate(a["output"]) or "") for a in looped)
+    assert len(looped) == 4 and all("repetition loop" in (degenerate(a["output"]) or "") for a in looped)
     correct = [a for a in answers if a["prompt"] in ("What is 2+2?", "What is the capital of France?",
                                                      "List the days of the week.")]
-    assert len(correct) == 6 and not [a["output"] for a in correct if sm.degenerate(a["output"])]
+    assert len(correct) == 6 and not [a["output"] for a in correct if degenerate(a["output"])]
     assert all(("4" in a["output"]) or ("Paris" in a["output"]) or ("Monday" in a["output"]) for a in correct)
 
 
 @pytest.mark.parametrize("text", ["Paris", "42", "the cat sat on the mat and the dog sat on the rug",
                                   "one two three four five six seven eight nine ten eleven twelve thirteen"])
 def test_normal_text_is_not_degenerate(text):
-    assert sm.degenerate(text) is None
+    assert degenerate(text) is None
 
 
 def test_smoke_passes_on_the_standin_and_records_speed_and_accept_length():
