@@ -3,7 +3,7 @@ import pytest
 
 from reporting import load_run, render_report
 from reporting.acceptance import cell_acceptance, request_totals, workload_acceptance
-from test_reporting_rows import CODE, RANDOM, cell, requests, sweep_rows, write_run
+from tests.helpers.reporting_rows import CODE, RANDOM, cell, requests, sweep_rows, write_run
 
 
 def test_recomputed_from_requests():

@@ -11,7 +11,7 @@ import yaml
 
 from reporting import load_run
 from reporting.plots import speedup_vs_concurrency
-from test_reporting_rows import RANDOM, cell, config_row, sweep_rows, write_run
+from tests.helpers.reporting_rows import RANDOM, cell, config_row, sweep_rows, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ import pytest
 
 from reporting import load_run, render_report
 from reporting.objective import KEEP, Objective, decide, disqualifications, per_cell_winners
-from test_reporting_rows import CODE, RANDOM, cell, config_row, sweep_rows, write_run
+from tests.helpers.reporting_rows import CODE, RANDOM, cell, config_row, sweep_rows, write_run
 
 
 @pytest.fixture

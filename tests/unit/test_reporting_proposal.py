@@ -7,7 +7,7 @@ from reporting import load_run
 from reporting.objective import Objective
 from reporting.proposal import (DEFAULT_GROUP_VARS_DIR, block_diff, build_proposal, host_groups, proposal_text,
                                 read_group_profile, write_proposal)
-from test_reporting_rows import CODE, RANDOM, cell, config_row, sweep_rows, write_run
+from tests.helpers.reporting_rows import CODE, RANDOM, cell, config_row, sweep_rows, write_run
 
 NVLINK_SERVICE = """---
 sglang_service_server_profile:

@@ -7,7 +7,7 @@ import pytest
 from reporting import load_run, render_report
 from reporting.speedup import (BELOW_EVERYWHERE, NEVER, baseline_of, crossover, geomean, geomean_speedup,
                                speedups)
-from test_reporting_rows import CODE, RANDOM, cell, config_row, sweep_rows, write_run
+from tests.helpers.reporting_rows import CODE, RANDOM, cell, config_row, sweep_rows, write_run
 
 
 @pytest.fixture

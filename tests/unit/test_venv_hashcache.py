@@ -4,7 +4,7 @@ import os
 from ansible.module_utils.venv import manifest as vm
 from ansible.module_utils.venv import stage as vs
 
-from tests.unit.test_venv_manifest import make_tree
+from tests.helpers.venv_tree import make_tree
 
 
 def ctime_ticked(path):

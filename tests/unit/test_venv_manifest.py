@@ -5,19 +5,7 @@ import os
 import pytest
 
 from ansible.module_utils.venv import manifest as vm
-
-
-def make_tree(root):
-    os.makedirs(root / "bin")
-    os.makedirs(root / "lib/python3.11/site-packages/pkg/__pycache__")
-    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    (root / "bin/python").symlink_to("/usr/bin/python3")
-    (root / "lib/python3.11/site-packages/pkg/__init__.py").write_text("X = 1\n")
-    (root / "lib/python3.11/site-packages/pkg/__pycache__/__init__.cpython-311.pyc").write_bytes(b"junk")
-    (root / "bin/tool").write_text("#!/opt/sglang/venv/bin/python\n")
-    os.chmod(root / "bin/tool", 0o755)
-    (root / "lib64").symlink_to("lib")
-    return root
+from tests.helpers.venv_tree import make_tree
 
 
 def test_scan_lists_files_dirs_links_and_skips_bytecode(tmp_path):

@@ -16,7 +16,7 @@ from ansible.module_utils.venv import manifest as vm
 from ansible.module_utils.venv import receive as vr
 from ansible.module_utils.venv import stage as vs
 from ansible.module_utils.venv import stream as st
-from tests.unit.test_venv_manifest import make_tree
+from tests.helpers.venv_tree import make_tree
 
 needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd not installed")
 

@@ -5,7 +5,7 @@ import pytest
 
 from ansible.module_utils.venv import manifest as vm
 from ansible.module_utils.venv import stage as vs
-from tests.unit.test_venv_manifest import make_tree
+from tests.helpers.venv_tree import make_tree
 
 
 def extract_from(source, stage, files):

@@ -14,7 +14,7 @@ from ansible.module_utils.venv import bytecode as vbc
 from ansible.module_utils.venv import manifest as vm
 from ansible.module_utils.venv import stage as vs
 from ansible.module_utils.venv import stream as st
-from tests.unit.test_venv_manifest import make_tree
+from tests.helpers.venv_tree import make_tree
 
 CONN = {"name": "ct200-lab", "host": "10.0.0.2", "port": 2222, "user": "root", "key": "/k/id",
         "common_args": "-o StrictHostKeyChecking=no -o 'UserKnownHostsFile=/dev/null'", "extra_args": "-C"}
