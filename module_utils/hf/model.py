@@ -7,7 +7,7 @@ written, and the manifest records the type.
 
 Order: validate -> resolve the revision to a sha -> list and validate the tree -> lock the directory (taking
 over from a stale worker) -> plan (manifest says verified + size/mtime unchanged = skip) -> free-space preflight
--> verify files present but not vouched for -> fetch the rest (module_utils/hf/fetch.py) -> manifest.
+-> verify files present but not vouched for -> fetch the rest (module_utils/hf/fetcher.py) -> manifest.
 
 Check mode stops after the plan (the Hub is only read: revision and tree; the directory is only read: manifest,
 sizes, partial files) and reports what a real run would do: `changed` (= `would_change`) is true when a file would
@@ -28,11 +28,15 @@ import signal
 import threading
 import time
 
+from ansible.module_utils.evidence.error import EvidenceError
 from ansible.module_utils.hf.hub import (HubError, filter_files, list_tree, resolve_revision, tree_from_dicts,
                                          validate_repo_id, validate_repo_type)
 from ansible.module_utils.fanout.sources import Source, SourceSet
 from ansible.module_utils.hf.verify import Manifest, verify_files
-from ansible.module_utils.hf.fetch import STATE_DIR, FetchError, Fetcher, FileTask, kill_pid
+from ansible.module_utils.hf.fetch_errors import FetchError
+from ansible.module_utils.hf.fetcher import Fetcher
+from ansible.module_utils.hf.file_task import STATE_DIR, FileTask
+from ansible.module_utils.hf.lanes import kill_pid
 from ansible.module_utils.hf import progress as hf_progress
 
 MiB = 1 << 20
@@ -47,9 +51,14 @@ DEFAULTS = {
 }
 
 
-class SyncError(Exception):
+class SyncError(EvidenceError):
+    """A sync that cannot complete; evidence: what library/hf_model.py reports beside msg (file, bytes_done,
+    last_error, failure ...), its kind the evidence's failure when named."""
+
+    default_kind = "sync"
+
     def __init__(self, msg, **evidence):
-        super(SyncError, self).__init__(msg)
+        super(SyncError, self).__init__(msg, kind=evidence.get("failure"), evidence=evidence)
         self.evidence = evidence
 
 

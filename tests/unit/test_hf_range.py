@@ -2,7 +2,7 @@
 sometimes or always: the download still ends complete and sha256-verified, in bounded memory, and the run reports
 how many answers ignored Range. A 200 whose Content-Length is not the tree's size is refused.
 
-The test Hub runs in its own process (ansible.module_utils.hf.fetch lanes and the verifier share this one); its fault
+The test Hub runs in its own process (ansible.module_utils.hf.fetcher lanes and the verifier share this one); its fault
 `ignore_range` is tested in-process first.
 """
 from __future__ import annotations
@@ -19,8 +19,13 @@ from pathlib import Path
 import pytest
 
 from lab.testhub import HubProcess, TestHub
-from ansible.module_utils.hf import fetch as hf_fetch
-from ansible.module_utils.hf.fetch import FileTask, holes, prefer_whole_body
+from ansible.module_utils.hf import watchdog
+from ansible.module_utils.hf.file_task import FileTask
+from ansible.module_utils.hf.sparse import holes
+from ansible.module_utils.hf.transfer_job import Job
+from ansible.module_utils.hf.upstream import Upstream
+from ansible.module_utils.hf.whole_body import prefer_whole_body
+from ansible.module_utils.hf.window import Window
 from ansible.module_utils.hf.hub import list_tree
 from ansible.module_utils.hf.model import SyncError, sync
 from ansible.module_utils.hf.verify import Manifest
@@ -246,7 +251,7 @@ def test_window_cuts_a_slice_or_lets_the_whole_body_fill_the_file(hub, tmp_path)
     remote = _seed_partial(hub, tmp_path / "m", "t/small", victim, [(0, MiB), (2 * MiB, 5 * MiB)])
     t = FileTask(remote, str(tmp_path / "m"), str(tmp_path / "m" / ".hf_model" / "parts"))
     t.prepare()
-    upstream = hf_fetch.Upstream(None, timeout=10)
+    upstream = Upstream(None, timeout=10)
     t.data_url = upstream.locate(f"{hub.endpoint}/t/small/resolve/{sha}/{victim}", remote.size)
     events = []
 
@@ -255,8 +260,8 @@ def test_window_cuts_a_slice_or_lets_the_whole_body_fill_the_file(hub, tmp_path)
         if kind == "takeover":
             job.retired.set()  # what the fetcher does once it killed the lane
 
-    window = hf_fetch.Window(upstream, 10, notify=notify)
-    job = hf_fetch.Job(1, t, "fill")
+    window = Window(upstream, 10, notify=notify)
+    job = Job(1, t, "fill")
     job.fd = os.open(t.data, os.O_RDONLY)
     window.add(job)
     try:
@@ -327,7 +332,7 @@ def test_a_stalled_whole_body_is_caught_by_the_watchdog_and_resumed(hub, truth, 
 
 
 def test_direct_transfer_buffering_a_whole_body_is_killed_by_the_memory_guard(hub, tmp_path, monkeypatch):
-    monkeypatch.setattr(hf_fetch, "LANE_RSS_BASE", 40 * MiB)  # bound 40 + 3 x 4 x 1 MiB; a lane needs ~30 MiB
+    monkeypatch.setattr(watchdog, "LANE_RSS_BASE", 40 * MiB)  # bound 40 + 3 x 4 x 1 MiB; a lane needs ~30 MiB
     hub.set_link(0, 8)  # 8 MB/s per connection: the 48 MiB body takes 6 s to buffer
     hub.set_faults([{"kind": "ignore_range", "offset": 20 * MiB}])
     r = sync(params(hub, tmp_path / "m", repo="t/big", stall_timeout=10))

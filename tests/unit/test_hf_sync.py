@@ -1,4 +1,4 @@
-"""ansible.module_utils.hf.model + hf_fetch end to end against the test Hub (its own process: hf_transfer holds the GIL).
+"""ansible.module_utils.hf.model + fetcher end to end against the test Hub (its own process: hf_transfer holds the GIL).
 
 A subset of the fault matrix (bench/bench_models.py runs >= 100 seeded trials): every run ends with every file
 hash-correct or with a clear failure, and a corrupt file is never put in place or in the manifest. Dataset
@@ -91,10 +91,10 @@ def assert_tree_correct(dest, truth):
 
 
 def test_fetch_then_rerun_is_a_noop_without_hashing(hub, truth, tmp_path, monkeypatch):
-    from ansible.module_utils.hf import fetch as hf_fetch
+    from ansible.module_utils.hf import window as hf_window
     windows = []
-    real = hf_fetch._QuietServer
-    monkeypatch.setattr(hf_fetch, "_QuietServer", lambda *a: windows.append(a) or real(*a))
+    real = hf_window._QuietServer
+    monkeypatch.setattr(hf_window, "_QuietServer", lambda *a: windows.append(a) or real(*a))
     r = sync(params(hub, tmp_path / "m"))
     assert not windows  # nothing was resumed: the fill window was never bound
     assert r["changed"] and r["files_fetched"] == len(truth) and r["sha"] == hub.repos["t/small"]
@@ -270,7 +270,7 @@ def test_sigkill_mid_download_then_rerun_refetches_within_the_bound(hub, tmp_pat
     r = sync(p)
     assert r["files_fetched"] == 1 and r["bytes_resumed"] > 0
     refetched = hub.stats()["bytes"] - (size - r["bytes_resumed"])
-    # chunks in flight + finished chunks whose last write tokio still had queued (see hf_fetch docstring)
+    # chunks in flight + finished chunks whose last write tokio still had queued (see the hf/file_task.py docstring)
     bound = (p["connections"] + 4) * p["chunk_size_mb"] * MiB
     assert hub.stats()["bytes"] <= size - r["bytes_resumed"] + bound, (refetched, r)
     data = (tmp_path / "m" / "model-00001-of-00001.safetensors").read_bytes()
@@ -293,7 +293,7 @@ def test_rerun_takes_over_from_a_live_worker(hub, tmp_path):
 
 
 def test_start_writeback_asks_the_kernel_and_leaves_bytes_alone(tmp_path):
-    from ansible.module_utils.hf.fetch import start_writeback
+    from ansible.module_utils.hf.sparse import start_writeback
     p = tmp_path / "f"
     data = os.urandom(1 << 20)
     fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o600)
