@@ -7,7 +7,8 @@ source - read from the module_utils this code was shipped with, so it works insi
 token.sha256 (0600); `systemd-run --unit=<unit> --collect -p Type=exec -p RuntimeMaxSec=<lifetime + 30>` starts
 it, and GET /health with the token must answer 200 from the unit's own MainPID within wait_timeout, else the unit is
 stopped and the journal tail and the last probe are the evidence. stopped: the unit is stopped (bounded: SIGTERM,
-then SIGKILL), its stats are read and run_dir's files are removed.
+then SIGKILL), its stats are read and run_dir's files are removed. The unit's state, its bounded stop and its journal
+come from module_utils/systemd/unit.py; this file turns their failures into PeerError with model_peer's evidence.
 
 Stdlib only. Every function that runs a command takes `run(argv) -> (rc, stdout, stderr)` so tests inject a fake.
 """
@@ -20,37 +21,40 @@ import json
 import os
 import re
 import stat
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from urllib.parse import quote
 
-from ansible.module_utils.hf import verify as _verify_mod
+from ansible.module_utils.evidence.error import EvidenceError
 from ansible.module_utils.fanout import peer_server as _server_mod
+from ansible.module_utils.hf import verify as _verify_mod
+from ansible.module_utils.systemd import unit as systemd_unit
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 UNIT_RE = re.compile(r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]*\Z")
-ACTIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 SERVER_SCRIPT = "model_peer_server.py"
 VERIFY_SCRIPT = "hf_verify.py"
 TOKEN_FILE = "token.sha256"
 STATS_FILE = "stats.json"
 OURS = (SERVER_SCRIPT, VERIFY_SCRIPT, TOKEN_FILE, STATS_FILE)
 OURS_TMP = re.compile(r"(%s)\.tmp\.\d+\Z" % "|".join(re.escape(n) for n in OURS))
-SHOW_PROPS = ("LoadState", "ActiveState", "SubState", "MainPID", "Transient", "Result", "ExecMainCode",
-              "ExecMainStatus")
+JOURNAL_LINES = 40  # the unit's journal tail in a failed start's evidence
+# The unit's properties in a failure's evidence (unit_state), as systemctl printed them, MainPID as an int.
+EVIDENCE_PROPS = ("LoadState", "ActiveState", "SubState", "MainPID", "Transient", "Result", "ExecMainCode",
+                  "ExecMainStatus")
 DEFAULTS = {"state": "started", "port": 8095, "lifetime": 7200, "unit": "sglang-model-peer",
             "run_dir": "/run/sglang-model-peer", "wait_timeout": 20, "bundle_dir": None, "python": None}
 
 
-class PeerError(Exception):
+class PeerError(EvidenceError):
     """A failure with its evidence (a dict for fail_json)."""
 
+    default_kind = "peer"
+
     def __init__(self, msg, **evidence):
-        Exception.__init__(self, msg)
-        self.evidence = evidence
+        EvidenceError.__init__(self, msg, evidence=evidence)
 
 
 # -- the client --------------------------------------------------------------------------------------------------
@@ -276,14 +280,9 @@ def clear_run_dir(run_dir):
 
 # -- systemd -------------------------------------------------------------------------------------------------------
 
-def default_run(argv, timeout=30.0):
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except FileNotFoundError as err:
-        return 127, "", str(err)
-    except subprocess.TimeoutExpired:
-        return 124, "", "%s timed out after %ss" % (argv[0], timeout)
-    return proc.returncode, proc.stdout, proc.stderr
+def default_run(argv):
+    """systemctl, systemd-run and journalctl, 30 s each."""
+    return systemd_unit.default_run(argv, timeout=30.0)
 
 
 def server_argv(p, python, paths):
@@ -302,71 +301,37 @@ def systemd_run_argv(p, paths):
             "--property=RuntimeMaxSec=%d" % (int(p["lifetime"]) + 30)] + server_argv(p, p["python"], paths)
 
 
+def unit_evidence(state):
+    """A UnitState as model_peer's evidence: EVIDENCE_PROPS as systemctl printed them ("" if not), MainPID an int."""
+    shown = dict((k, state.raw.get(k, "")) for k in EVIDENCE_PROPS)
+    shown["MainPID"] = state.main_pid
+    return shown
+
+
 def unit_state(unit, run):
-    argv = ["systemctl", "show", unit, "--no-pager"] + ["--property=%s" % k for k in SHOW_PROPS]
-    rc, out, err = run(argv)
-    if rc != 0:
-        raise PeerError("`systemctl show %s` failed (rc=%d): %s" % (unit, rc, (err or "").strip()[-300:]))
-    state = dict((k, "") for k in SHOW_PROPS)
-    for line in out.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            state[key.strip()] = value.strip()
+    """systemd_unit.show, its failure a PeerError."""
     try:
-        state["MainPID"] = int(state["MainPID"] or 0)
-    except ValueError:
-        state["MainPID"] = 0
-    return state
-
-
-def is_loaded(state):
-    return state["LoadState"] == "loaded"
+        return systemd_unit.show(unit, run=run)
+    except systemd_unit.SystemdError as err:
+        raise PeerError(str(err))
 
 
 def check_ours(unit, state):
-    if is_loaded(state) and state["Transient"] != "yes":
+    if state.loaded and not state.transient:
         raise PeerError("unit %s exists and is not a transient unit (Transient=%s): it is not a model_peer server; "
-                        "choose another unit name" % (unit, state["Transient"] or "?"), unit_state=state)
-
-
-def journal_tail(unit, run, lines=40):
-    rc, out, err = run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager"])
-    if rc != 0:
-        return ["(journalctl failed rc=%d: %s)" % (rc, (err or "").strip()[-200:])]
-    return out.splitlines()[-lines:]
+                        "choose another unit name" % (unit, state.raw.get("Transient") or "?"),
+                        unit_state=unit_evidence(state))
 
 
 def stop_unit(unit, run, timeout=15.0, clock=time.monotonic, sleep=time.sleep, poll=0.1):
-    """Stop the unit if it is loaded, bounded: SIGTERM (systemctl stop), SIGKILL after `timeout`, then PeerError 5 s
-    later; a failed unit is reset so its name is free. -> whether it was active."""
-    state = unit_state(unit, run)
-    if not is_loaded(state) and state["ActiveState"] in ("", "inactive"):
-        return False
-    was_active = state["ActiveState"] in ACTIVE_STATES
-    deadline = clock() + timeout
-    killed = False
-    if was_active:
-        run(["systemctl", "stop", "--no-block", unit])
-        while True:
-            state = unit_state(unit, run)
-            if state["ActiveState"] not in ACTIVE_STATES:
-                break
-            if clock() >= deadline:
-                if killed:
-                    raise PeerError("unit %s still %s after SIGTERM and SIGKILL" % (unit, state["ActiveState"]),
-                                    unit_state=state)
-                run(["systemctl", "kill", "--signal=SIGKILL", unit])
-                killed = True
-                deadline = clock() + 5.0
-            sleep(poll)
-    if state["ActiveState"] == "failed":
-        run(["systemctl", "reset-failed", unit])
-    # a transient --collect unit is unloaded once inactive: wait (a few seconds) so systemd-run can take the name
-    unload_by = min(deadline, clock() + 3.0)
-    while is_loaded(state) and clock() < unload_by:
-        sleep(poll)
-        state = unit_state(unit, run)
-    return was_active
+    """systemd_unit.stop_and_wait (SIGTERM, SIGKILL after `timeout`, then give up), its failure a PeerError.
+    -> whether the unit was live."""
+    try:
+        return systemd_unit.stop_and_wait(unit, run, timeout=timeout, clock=clock, sleep=sleep, poll=poll)
+    except systemd_unit.StopTimeout as err:
+        raise PeerError(str(err), unit_state=unit_evidence(err.state))
+    except systemd_unit.SystemdError as err:
+        raise PeerError(str(err))
 
 
 def wait_for_health(url, token, unit, run, timeout, probe=None, clock=time.monotonic, sleep=time.sleep,
@@ -378,22 +343,22 @@ def wait_for_health(url, token, unit, run, timeout, probe=None, clock=time.monot
     last = "no answer yet"
     while True:
         state = unit_state(unit, run)
-        if state["ActiveState"] not in ACTIVE_STATES:
+        if not state.live:
             raise PeerError("unit %s is %s (%s) before %s/health answered: %s" % (
-                unit, state["ActiveState"] or "gone", state["Result"] or "?", url, last), probe=last,
-                unit_state=state)
+                unit, state.active_state or "gone", state.result or "?", url, last), probe=last,
+                unit_state=unit_evidence(state))
         try:
             health = probe(url, token, timeout=max(0.5, min(2.0, deadline - clock())))
         except PeerError as err:
             last = str(err)
         else:
             pid = health.get("pid")
-            if state["MainPID"] and pid == state["MainPID"]:
+            if state.main_pid and pid == state.main_pid:
                 return {"pid": pid, "health": health}
-            last = "%s/health answered from pid %r, not from the unit's MainPID %r" % (url, pid, state["MainPID"])
+            last = "%s/health answered from pid %r, not from the unit's MainPID %r" % (url, pid, state.main_pid)
         if clock() >= deadline:
             raise PeerError("%s/health did not answer 200 within %ss: %s" % (url, timeout, last), probe=last,
-                            unit_state=state)
+                            unit_state=unit_evidence(state))
         sleep(poll)
 
 
@@ -421,7 +386,7 @@ def manage(params, check_mode=False, run=default_run, systemd_dir="/run/systemd/
     argv = systemd_run_argv(p, paths)
     rc, out, err = run(argv)
     if rc != 0:
-        journal = journal_tail(unit, run)
+        journal = systemd_unit.journal(unit, "", JOURNAL_LINES, run)
         _cleanup(unit, run_dir, run, clock, sleep, stop_timeout)
         raise PeerError("systemd-run of %s failed (rc=%d): %s" % (unit, rc, (err or out or "").strip()[-400:]),
                         argv=argv, journal=journal)
@@ -430,7 +395,7 @@ def manage(params, check_mode=False, run=default_run, systemd_dir="/run/systemd/
                               sleep=sleep)
     except PeerError as failure:
         stop_error = _cleanup(unit, run_dir, run, clock, sleep, stop_timeout)
-        evidence = dict(failure.evidence, journal=journal_tail(unit, run), argv=argv)
+        evidence = dict(failure.evidence, journal=systemd_unit.journal(unit, "", JOURNAL_LINES, run), argv=argv)
         if stop_error:
             evidence["stop_error"] = stop_error
         raise PeerError("peer server %s did not come up: %s" % (unit, failure), **evidence)
@@ -455,7 +420,7 @@ def _stop(p, check_mode, run, has_systemd, clock, sleep, stop_timeout):
     if has_systemd:
         state = unit_state(unit, run)
         check_ours(unit, state)
-        running = state["ActiveState"] in ACTIVE_STATES
+        running = state.live
     if check_mode:
         return {"changed": running, "stats": read_stats(run_dir),
                 "msg": "check mode: would stop %s" % unit if running else "%s is not running" % unit}

@@ -1,4 +1,5 @@
-"""systemd unit state through `systemctl show`, the journal of one invocation, and who owns a listening port.
+"""systemd unit state through `systemctl show`, the bounded stop of a unit, the journal of one invocation or one
+unit, and who owns a listening port: the one home of this repository's systemd facts.
 
 Stdlib only (runs on the target with the system python3). Every function that runs a command takes a `run`
 callable (argv -> (rc, stdout, stderr)) so tests can feed recorded output without systemd.
@@ -7,20 +8,25 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field
+
+from ansible.module_utils.evidence.error import EvidenceError
 
 SHOW_PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "MainPID", "InvocationID", "NRestarts", "ExecMainStatus",
     "ExecMainCode", "ExecMainPID", "Result", "ControlGroup", "ExecMainStartTimestampMonotonic",
-    "ActiveEnterTimestampMonotonic", "ExecMainExitTimestampMonotonic",
+    "ActiveEnterTimestampMonotonic", "ExecMainExitTimestampMonotonic", "Transient",
 )
+# ActiveState values of a unit that has not settled in inactive or failed (it runs, or is on its way up or down).
+LIVE_STATES = ("active", "activating", "deactivating", "reloading", "refreshing")
 # ExecMainCode values (CLD_* from waitid): 1 exited, 2 killed, 3 dumped.
 EXIT_CODES = {"1": "exited", "2": "killed", "3": "dumped core", "0": ""}
 
 
 def default_run(argv, timeout=15.0):
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except FileNotFoundError as exc:
         return 127, "", str(exc)
     except subprocess.TimeoutExpired:
@@ -42,11 +48,26 @@ class UnitState:
     exec_main_pid: int = 0
     result: str = ""
     control_group: str = ""
+    transient: bool = False
     raw: dict = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
         return self.active_state == "active" and self.sub_state == "running" and self.main_pid > 0
+
+    @property
+    def loaded(self) -> bool:
+        return self.load_state == "loaded"
+
+    @property
+    def live(self) -> bool:
+        """Not settled in inactive or failed: running, starting, stopping or reloading."""
+        return self.active_state in LIVE_STATES
+
+    @property
+    def gone(self) -> bool:
+        """Nothing to stop: not loaded and inactive (or unknown to systemd)."""
+        return not self.loaded and self.active_state in ("", "inactive")
 
     @property
     def exit_description(self) -> str:
@@ -71,9 +92,14 @@ def _to_int(value: str) -> int:
 
 
 def parse_show(unit: str, text: str) -> UnitState:
-    """Parse `systemctl show -p A -p B ...` output (KEY=VALUE lines)."""
+    """Parse `systemctl show -p A -p B ...` output (KEY=VALUE lines). systemctl separates units by an empty line:
+    only the first unit's block is read, so a second unit's values never overwrite this one's."""
     raw = {}
     for line in text.splitlines():
+        if not line.strip():
+            if raw:
+                break
+            continue
         key, sep, value = line.partition("=")
         if sep:
             raw[key.strip()] = value.strip()
@@ -83,18 +109,30 @@ def parse_show(unit: str, text: str) -> UnitState:
         invocation_id=raw.get("InvocationID", ""), n_restarts=_to_int(raw.get("NRestarts")),
         exec_main_status=_to_int(raw.get("ExecMainStatus")), exec_main_code=raw.get("ExecMainCode", ""),
         exec_main_pid=_to_int(raw.get("ExecMainPID")), result=raw.get("Result", ""),
-        control_group=raw.get("ControlGroup", ""), raw=raw)
+        control_group=raw.get("ControlGroup", ""), transient=raw.get("Transient") == "yes", raw=raw)
 
 
-class SystemdError(RuntimeError):
-    pass
+class SystemdError(EvidenceError, RuntimeError):
+    """A systemctl call that failed, or a unit that would not stop."""
+
+    default_kind = "systemd"
+
+
+class StopTimeout(SystemdError):
+    """The unit is still live after SIGTERM and SIGKILL; .state is the last UnitState seen."""
+
+    default_kind = "timeout"
+
+    def __init__(self, message, state):
+        SystemdError.__init__(self, message, unit_state=state.summary())
+        self.state = state
 
 
 def show(unit: str, run=default_run) -> UnitState:
     argv = ["systemctl", "show", unit, "--no-pager"] + [f"--property={p}" for p in SHOW_PROPERTIES]
     rc, out, err = run(argv)
     if rc != 0:
-        raise SystemdError(f"`{' '.join(argv[:3])}` failed (rc={rc}): {err.strip()[-300:]}")
+        raise SystemdError(f"`{' '.join(argv[:3])}` failed (rc={rc}): {(err or '').strip()[-300:]}")
     return parse_show(unit, out)
 
 
@@ -103,6 +141,41 @@ def systemctl(action: str, unit: str, run=default_run, no_block: bool = True) ->
     rc, _out, err = run(argv)
     if rc != 0:
         raise SystemdError(f"`{' '.join(argv)}` failed (rc={rc}): {err.strip()[-300:]}")
+
+
+def stop_and_wait(unit: str, run=default_run, timeout: float = 15.0, clock=time.monotonic, sleep=time.sleep,
+                  poll: float = 0.1) -> bool:
+    """Stop the unit if there is anything to stop, bounded: `systemctl stop --no-block` (SIGTERM), `systemctl kill
+    --signal=SIGKILL` after `timeout`, StopTimeout 5 s later; a failed unit is reset so its name is free, and a
+    transient --collect unit is given up to 3 s to unload. The stop/kill/reset calls' own exit codes are not checked:
+    the unit's state, polled through show(), is the judge. -> whether the unit was live."""
+    state = show(unit, run)
+    if state.gone:
+        return False
+    was_live = state.live
+    deadline = clock() + timeout
+    killed = False
+    if was_live:
+        run(["systemctl", "stop", "--no-block", unit])
+        while True:
+            state = show(unit, run)
+            if not state.live:
+                break
+            if clock() >= deadline:
+                if killed:
+                    raise StopTimeout("unit %s still %s after SIGTERM and SIGKILL" % (unit, state.active_state),
+                                      state)
+                run(["systemctl", "kill", "--signal=SIGKILL", unit])
+                killed = True
+                deadline = clock() + 5.0
+            sleep(poll)
+    if state.active_state == "failed":
+        run(["systemctl", "reset-failed", unit])
+    unload_by = min(deadline, clock() + 3.0)
+    while state.loaded and clock() < unload_by:
+        sleep(poll)
+        state = show(unit, run)
+    return was_live
 
 
 def journal_argv(unit: str, invocation_id: str, lines: int) -> list[str]:
@@ -115,6 +188,8 @@ def journal_argv(unit: str, invocation_id: str, lines: int) -> list[str]:
 
 
 def journal(unit: str, invocation_id: str, lines: int = 30, run=default_run) -> list[str]:
+    """The last `lines` non-empty lines of this invocation (or, with invocation_id "", of the unit by name: the tail
+    of a unit whose invocation is unknown or gone); a failed journalctl is one line saying so."""
     rc, out, err = run(journal_argv(unit, invocation_id, lines))
     if rc != 0:
         return [f"(journalctl failed rc={rc}: {err.strip()[-200:]})"]

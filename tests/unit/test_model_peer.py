@@ -1,10 +1,10 @@
 """module_utils/fanout/peer_unit.py and library/model_peer.py: input refused before any command, the systemd-run argv,
 check mode, the source shipped into run_dir (also out of a zip, as inside an AnsiballZ payload), start and stop
-through a fake systemd that runs the real server, failure evidence, the bounded stop, and the peer client."""
+through a fake systemd that runs the real server, failure evidence and the bounded stop. The peer client (peer_url,
+peer_health, peer_index) is tested in tests/unit/fanout/test_peer_client.py."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import os
 import signal
@@ -12,7 +12,6 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 import zipfile
 from pathlib import Path
@@ -207,12 +206,6 @@ def test_no_systemd_is_a_clear_failure(tmp_path):
     assert result["changed"] is False and fake.calls == []
 
 
-def test_peer_url_brackets_ipv6():
-    assert mp.peer_url("10.0.0.5", 8095) == "http://10.0.0.5:8095"
-    assert mp.peer_url("fd00:0::1", 8095) == "http://[fd00::1]:8095"
-    assert mp.file_url("http://h:1/", "m 1", "sub/a b.bin") == "http://h:1/files/m%201/sub/a%20b.bin"
-
-
 # -- the systemd-run argv and the run dir ---------------------------------------------------------------------------
 
 def test_systemd_run_argv(tmp_path):
@@ -265,14 +258,16 @@ def test_run_dir_must_be_ours_alone(tmp_path, systemd_dir):
 
 
 def test_sources_ship_out_of_a_zip_as_in_an_ansiballz_payload(tmp_path):
-    """The zip holds ansible/module_utils/{fanout/peer_unit,fanout/peer_server,hf/verify}.py, imported by zipimport with no
-    module_utils on disk (-I -S: no site-packages, no cwd); then the shipped copy runs standalone from run_dir."""
+    """The zip holds ansible/module_utils/{fanout/peer_unit,fanout/peer_server,hf/verify}.py and what peer_unit imports
+    (systemd/unit, evidence/error), imported by zipimport with no module_utils on disk (-I -S: no site-packages, no
+    cwd); then the shipped copy runs standalone from run_dir."""
     payload = tmp_path / "payload.zip"
     with zipfile.ZipFile(payload, "w") as zf:
         zf.writestr("ansible/__init__.py", "")
         zf.writestr("ansible/module_utils/__init__.py", "")
         for name in ("fanout/__init__.py", "fanout/peer_unit.py", "fanout/peer_server.py", "hf/__init__.py",
-                     "hf/verify.py"):
+                     "hf/verify.py", "systemd/__init__.py", "systemd/unit.py", "evidence/__init__.py",
+                     "evidence/error.py"):
             zf.writestr("ansible/module_utils/" + name, (ROOT / "module_utils" / name).read_text())
     run_dir = tmp_path / "run"
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from ansible.module_utils.fanout import peer_unit as m; "
@@ -439,77 +434,6 @@ def test_stop_is_bounded_and_escalates(tmp_path):
     assert "after SIGTERM and SIGKILL" in str(err.value) and 20 <= now[0] < 21
     gone = FakeSystemd(tmp_path, spawn=False)
     assert mp.stop_unit("u", gone) is False and gone.kinds() == ["show"]
-
-
-# -- the client ----------------------------------------------------------------------------------------------------
-
-class Canned(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    answers = {}
-
-    def do_GET(self):
-        code, headers, body = self.answers.get(self.path, (404, {}, b"{}"))
-        self.send_response(code)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def canned():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Canned)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield "http://127.0.0.1:%d" % srv.server_address[1], Canned.answers
-    srv.shutdown()
-    srv.server_close()
-
-
-def test_client_failures_are_peer_errors(canned, monkeypatch):
-    url, answers = canned
-    good = json.dumps({"model": "m1", "files": {}, "progress": None, "active": 0, "revision": "r"}).encode()
-    answers.update({
-        "/health": (200, {}, b'{"ok": true, "models": ["m1"], "pid": 9}'),
-        "/index/m1": (200, {}, good),
-        "/index/garbage": (200, {}, b"<html>not json"),
-        "/index/list": (200, {}, b"[1, 2]"),
-        "/index/other": (200, {}, good),
-        "/index/gone": (404, {"X-Error-Code": "UnknownModel"}, b"{}"),
-        "/index/moved": (302, {"Location": url + "/index/m1"}, b""),
-    })
-    monkeypatch.setenv("http_proxy", "http://127.0.0.1:1")  # a dead proxy: the client must not use it
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:1")
-    monkeypatch.delenv("no_proxy", raising=False)
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    assert mp.peer_health(url, TOKEN)["pid"] == 9
-    assert mp.peer_index(url, "m1", TOKEN)["revision"] == "r"
-    for model, text in (("garbage", "not JSON"), ("list", "not an object"), ("other", "not an index of other"),
-                        ("gone", "HTTP 404 (UnknownModel)"), ("moved", "HTTP 302")):
-        with pytest.raises(mp.PeerError) as err:
-            mp.peer_index(url, model, TOKEN)
-        assert text in str(err.value), model
-    closed = free_port()
-    with pytest.raises(mp.PeerError) as err:
-        mp.peer_health("http://127.0.0.1:%d" % closed, TOKEN)
-    assert "refused" in str(err.value).lower()
-
-
-def test_client_timeout_is_a_peer_error():
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)  # accepts connections in the kernel, never answers
-    try:
-        t0 = time.monotonic()
-        with pytest.raises(mp.PeerError) as err:
-            mp.peer_index("http://127.0.0.1:%d" % silent.getsockname()[1], "m1", TOKEN, timeout=0.3)
-        assert time.monotonic() - t0 < 10 and "timed out" in str(err.value)
-    finally:
-        silent.close()
 
 
 def test_module_docs_match_the_argument_spec():

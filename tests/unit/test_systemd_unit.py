@@ -1,7 +1,13 @@
-"""module_utils/systemd/unit.py: systemctl show parsing, journal command, cgroup/process helpers."""
+"""module_utils/systemd/unit.py: systemctl show parsing, the bounded stop, journal command, cgroup/process helpers."""
 import os
+from pathlib import Path
 
+import pytest
+
+from ansible.module_utils.evidence.error import EvidenceError
 from ansible.module_utils.systemd import unit as su
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SHOW = """Id=sglang.service
 LoadState=loaded
@@ -72,3 +78,97 @@ def test_cgroup_pids(tmp_path):
     assert su.cgroup_pids("/system.slice/x.service", str(tmp_path)) == {10, 11, 12}
     assert su.cgroup_pids("/system.slice/missing.service", str(tmp_path)) is None
     assert su.cgroup_pids("", str(tmp_path)) is None
+
+
+def test_parse_show_reads_only_the_first_unit_of_a_multi_unit_answer():
+    """`systemctl show a b` separates the units by an empty line: b's values must not overwrite a's."""
+    text = ("Id=a.service\nLoadState=loaded\nActiveState=active\nMainPID=10\nTransient=yes\n\n"
+            "Id=b.service\nLoadState=not-found\nActiveState=inactive\nMainPID=0\n")
+    s = su.parse_show("a.service", text)
+    assert (s.raw["Id"], s.load_state, s.active_state, s.main_pid, s.transient) == ("a.service", "loaded", "active",
+                                                                                     10, True)
+    assert su.parse_show("a.service", "\n" + text).raw["Id"] == "a.service"  # a leading empty line is no unit
+
+
+def test_state_properties_loaded_live_gone_transient():
+    assert su.parse_show("u", "LoadState=not-found\nActiveState=inactive\n").gone
+    assert su.parse_show("u", "").gone
+    failed = su.parse_show("u", "LoadState=loaded\nActiveState=failed\nTransient=no\n")
+    assert failed.loaded and not failed.live and not failed.gone and not failed.transient
+    for active in su.LIVE_STATES:
+        assert su.parse_show("u", "ActiveState=%s\n" % active).live
+
+
+def test_show_asks_for_transient():
+    calls = []
+    su.show("u", run=lambda argv: calls.append(argv) or (0, "Transient=yes\n", ""))
+    assert "--property=Transient" in calls[0]
+
+
+def test_systemd_error_is_an_evidence_error():
+    with pytest.raises(su.SystemdError) as err:
+        su.systemctl("restart", "u", run=lambda argv: (1, "", "Access denied"))
+    assert isinstance(err.value, EvidenceError) and isinstance(err.value, RuntimeError)
+    assert err.value.kind == "systemd" and "Access denied" in err.value.message
+
+
+class FakeUnit:
+    """systemctl show/stop/kill/reset-failed of one unit; `stops`: whether a plain stop ends it."""
+
+    def __init__(self, state, stops=True, stuck=False):
+        self.state, self.stops, self.stuck, self.calls = dict(state), stops, stuck, []
+
+    def __call__(self, argv):
+        self.calls.append(argv[1])
+        if argv[1] == "stop" and self.stops:
+            self.state.update(LoadState="not-found", ActiveState="inactive")
+        elif argv[1] == "kill" and not self.stuck:
+            self.state.update(ActiveState="failed")
+        elif argv[1] == "reset-failed":
+            self.state.update(LoadState="not-found", ActiveState="inactive")
+        return 0, "".join("%s=%s\n" % kv for kv in self.state.items()), ""
+
+
+def fake_clock():
+    now = [0.0]
+
+    def sleep(s):
+        now[0] += s
+    return now, (lambda: now[0]), sleep
+
+
+def test_stop_and_wait_escalates_to_sigkill_and_resets_the_failed_unit():
+    now, clock, sleep = fake_clock()
+    unit = FakeUnit({"LoadState": "loaded", "ActiveState": "active"}, stops=False)
+    assert su.stop_and_wait("u", unit, timeout=15, clock=clock, sleep=sleep) is True
+    assert [c for c in unit.calls if c != "show"] == ["stop", "kill", "reset-failed"] and 15 <= now[0] < 16
+
+
+def test_stop_and_wait_gives_up_with_the_last_state():
+    now, clock, sleep = fake_clock()
+    unit = FakeUnit({"LoadState": "loaded", "ActiveState": "deactivating", "MainPID": "7"}, stops=False, stuck=True)
+    with pytest.raises(su.StopTimeout) as err:
+        su.stop_and_wait("u", unit, timeout=15, clock=clock, sleep=sleep)
+    assert "still deactivating after SIGTERM and SIGKILL" in str(err.value) and 20 <= now[0] < 21
+    assert err.value.state.main_pid == 7 and err.value.evidence["unit_state"]["active_state"] == "deactivating"
+    assert isinstance(err.value, su.SystemdError) and err.value.kind == "timeout"
+
+
+def test_stop_and_wait_of_nothing_only_looks():
+    unit = FakeUnit({"LoadState": "not-found", "ActiveState": "inactive"})
+    assert su.stop_and_wait("u", unit) is False and unit.calls == ["show"]
+    unit = FakeUnit({"LoadState": "loaded", "ActiveState": "active"})
+    now, clock, sleep = fake_clock()
+    assert su.stop_and_wait("u", unit, clock=clock, sleep=sleep) is True and now[0] == 0.0
+
+
+def test_journal_of_a_unit_by_name():
+    calls = []
+    lines = su.journal("peer", "", lines=40, run=lambda argv: calls.append(argv) or (0, "x\n", ""))
+    assert lines == ["x"] and calls[0][-2:] == ["-u", "peer"] and "40" in calls[0]
+
+
+def test_the_peer_unit_asks_systemd_only_through_this_file():
+    src = (ROOT / "module_utils" / "fanout" / "peer_unit.py").read_text()
+    for spelled in ('"systemctl", "show"', '"journalctl"', '"reset-failed"', "--signal=SIGKILL"):
+        assert spelled not in src, spelled
