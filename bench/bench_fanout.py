@@ -26,7 +26,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import goals  # noqa: E402
-from lab.core import FLEET_HOSTS, Lab  # noqa: E402
+from lab.host_sets import FLEET_HOSTS  # noqa: E402
+from lab.lab import Lab  # noqa: E402
 from lab.testhub import HubProcess  # noqa: E402
 
 LAB = "bench-fleet"

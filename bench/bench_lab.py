@@ -5,7 +5,7 @@ import sys
 import time
 
 from bench import goals
-from lab.core import Lab
+from lab.lab import Lab
 
 WARM_GOAL_S = 10.0
 WARM_UP = goals.Goal("bench_lab", "lab warm `up` of both hosts (to sshd + systemd running), best of 3", "<=",

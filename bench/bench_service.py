@@ -75,7 +75,7 @@ def _set_fault(lab, fault: str | None) -> None:
 
 
 def main() -> int:
-    from lab.core import Lab
+    from lab.lab import Lab
     lab = Lab(LAB_NAME)
     started = time.monotonic()
     lab.up(log=lambda *_: None)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from bench import goals  # noqa: E402
-from lab.core import Lab  # noqa: E402
+from lab.lab import Lab  # noqa: E402
 import local_module_utils  # noqa: E402
 
 local_module_utils.install()

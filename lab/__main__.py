@@ -5,7 +5,9 @@ import argparse
 import json
 import sys
 
-from lab.core import Lab, LabError, host_set
+from lab.error import LabError
+from lab.host_sets import host_set
+from lab.lab import Lab
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("verb", choices=("up", "down", "status"))
     parser.add_argument("--name", help="lab name (default: $LAB_NAME or 'default'); labs with different names coexist")
     parser.add_argument("--subnet", help="IPv4 /24 to use (default: the first unused one in 10.213.0.0/16)")
-    parser.add_argument("--hosts", help="host set (lab/core.py HOST_SETS: default, fleet, router, multinode; default: "
+    parser.add_argument("--hosts", help="host set (lab/host_sets.py HOST_SETS: default, fleet, router, multinode; default: "
                                          "$LAB_HOSTS or 'default')")
     args = parser.parse_args(argv)
     try:

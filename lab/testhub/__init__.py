@@ -7,6 +7,6 @@ Never imported by roles or module_utils.
 """
 from .repos import DEFAULT_REPOS, parse_repo_arg, parse_size
 from .process import HubProcess
-from .server import TestHub
+from .hub import TestHub
 
 __all__ = ["DEFAULT_REPOS", "HubProcess", "TestHub", "parse_repo_arg", "parse_size"]

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from .repos import DEFAULT_REPOS, parse_repo_arg
-from .server import TestHub
+from .hub import TestHub
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(ShareGPT format) unless small=false, plus N seeded data/shard-*.bin (default 0)")
     ap.add_argument("--page-size", type=int, default=50, help="tree entries per page (Link rel=next paging)")
     ap.add_argument("--token", default=os.environ.get("TESTHUB_TOKEN"), help="require Authorization: Bearer TOKEN")
-    ap.add_argument("--faults", default="[]", help="JSON list of fault rules (see lab/testhub/server.py)")
+    ap.add_argument("--faults", default="[]", help="JSON list of fault rules (see lab/testhub/faults.py)")
     ap.add_argument("--cache-dir", default=os.environ.get("TESTHUB_CACHE", str(Path(".cache") / "testhub")))
     ap.add_argument("--ready-file")
     args = ap.parse_args(argv)

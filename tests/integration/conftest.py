@@ -17,7 +17,7 @@ from pathlib import Path
 import ansible_runner
 import pytest
 
-from lab.core import Lab
+from lab.lab import Lab
 
 ROOT = Path(__file__).resolve().parents[2]
 _labs: dict[str, Lab] = {}

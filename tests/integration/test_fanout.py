@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.core import FLEET_HOSTS, Lab
+from lab.host_sets import FLEET_HOSTS
+from lab.lab import Lab
 from lab.testhub import HubProcess
 from tests.integration.conftest import run_playbook
 

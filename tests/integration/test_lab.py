@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.core import CGROUP_PARENT, CGROUP_ROOTS, Lab
+from lab.lab import Lab
+from lab.paths import CGROUP_PARENT, CGROUP_ROOTS
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_NAME = "itest"

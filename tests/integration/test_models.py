@@ -1,6 +1,6 @@
 """roles/models against the lab: real playbook runs on nspawn hosts, bytes from test Hubs on the lab gateway.
 
-The lab's own test Hub (lab/core.py LAB_SERVICES) serves the demo repos of group_vars/lab/models.yml; tests that
+The lab's own test Hub (lab/services.py LAB_SERVICES) serves the demo repos of group_vars/lab/models.yml; tests that
 need faults, a token or hostile trees start their own Hub on the gateway (hosts reach it without the proxy).
 """
 from __future__ import annotations

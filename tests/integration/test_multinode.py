@@ -15,7 +15,8 @@ import urllib.request
 
 import pytest
 
-from lab.core import MULTINODE_HOSTS, Lab
+from lab.host_sets import MULTINODE_HOSTS
+from lab.lab import Lab
 from tests.integration.conftest import run_playbook
 
 LAB_NAME = "multinode"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.core import ROUTER_LAB_HOSTS, Lab
+from lab.host_sets import ROUTER_LAB_HOSTS
+from lab.lab import Lab
 from tests.integration.conftest import run_playbook
 from tests.integration.loadgen import Load
 

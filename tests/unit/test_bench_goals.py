@@ -113,7 +113,7 @@ def test_runner_exit_code_and_table(monkeypatch, capsys):
 
     def importer(name):
         if name == "bench.bench_broken":
-            raise ImportError("no module named lab.core")
+            raise ImportError("no module named lab.lab")
         return mods[name]
 
     passed = bench_main.run(["bench_good"], book, importer)

@@ -146,7 +146,7 @@ def test_the_real_answer_parses_and_the_standin_answers_with_its_keys(tmp_path):
     real = idle["GET /v1/loads?include=core"]["body"]
     assert in_flight(real) == (0, 0)
     assert idle["GET /v1/loads?include=core (no key)"]["status"] == 401
-    from sglang_standin.launch_server import loads_answer
+    from sglang_standin.introspection import loads_answer
 
     class Args:
         max_running_requests = 4

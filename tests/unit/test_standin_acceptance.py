@@ -13,8 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "lab" / "sglang_standin"))
 
 from sglang_standin import engine  # noqa: E402
-from sglang_standin import launch_server as ls  # noqa: E402
+from sglang_standin import decoding  # noqa: E402
 from sglang_standin.local import LocalServer  # noqa: E402
+from sglang_standin.server_args import prepare_server_args  # noqa: E402
+from sglang_standin.serving_state import WARMUP_PROMPT, WARMUP_TOKENS  # noqa: E402
 
 from ansible.module_utils.sglang import api as sglang_http  # noqa: E402
 
@@ -138,20 +140,20 @@ def test_speculative_steps_beat_autoregressive_at_low_concurrency_only():
 def test_decode_plan_groups_and_figures():
     shape = engine.SpecShape.resolve("DFLASH", 8)
     toks = engine.tokens_for("code prompt", 40)
-    d = ls.plan_decode(shape, CODE, toks, stopped=False)
+    d = decoding.plan_decode(shape, CODE, toks, stopped=False)
     assert [len(g) for g in d.groups] == [1] + d.steps and sum(d.groups, []) == toks
-    fig = ls.spec_figures(shape, len(toks), d.steps)
+    fig = decoding.spec_figures(shape, len(toks), d.steps)
     assert fig["spec_verify_ct"] == len(d.steps) and 40 == 1 + fig["spec_verify_ct"] + fig["spec_accepted_drafts"]
     assert fig["spec_proposed_drafts"] == 7 * len(d.steps)
     # one token, length-finished: no verify step, no figures (real adds them only when verify_ct > 0)
-    one = ls.plan_decode(shape, CODE, ["x"], stopped=False)
-    assert one.groups == [["x"]] and one.steps == [] and ls.spec_figures(shape, 1, one.steps) == {}
+    one = decoding.plan_decode(shape, CODE, ["x"], stopped=False)
+    assert one.groups == [["x"]] and one.steps == [] and decoding.spec_figures(shape, 1, one.steps) == {}
     # stopped by itself: the EOS token (not in the answer) is decoded by the last verify step
-    stop = ls.plan_decode(shape, CODE, ["Paris"], stopped=True)
+    stop = decoding.plan_decode(shape, CODE, ["Paris"], stopped=True)
     assert stop.groups == [["Paris"]] and stop.steps == [1]
-    assert ls.spec_figures(shape, 1, stop.steps)["spec_verify_ct"] == 1
-    plain = ls.plan_decode(None, CODE, toks[:3], stopped=False)
-    assert plain.groups == [[t] for t in toks[:3]] and ls.spec_figures(None, 3, plain.steps) == {}
+    assert decoding.spec_figures(shape, 1, stop.steps)["spec_verify_ct"] == 1
+    plain = decoding.plan_decode(None, CODE, toks[:3], stopped=False)
+    assert plain.groups == [[t] for t in toks[:3]] and decoding.spec_figures(None, 3, plain.steps) == {}
 
 
 # ---- live stand-ins
@@ -197,7 +199,7 @@ def dflash():
 
 
 def test_generate_stream_carries_the_class_accept_length(dflash):
-    shape = ls.spec_shape(ls.prepare_server_args(BASE + DFLASH))
+    shape = decoding.spec_shape(prepare_server_args(BASE + DFLASH))
     assert (shape.algorithm, shape.num_draft_tokens) == ("DFLASH", 8)
     got = {}
     for text, klass in ((CODE, "code"), (PROSE, "prose")):
@@ -231,10 +233,10 @@ def test_server_info_is_a_running_average_since_start():
     """Warmup included, every finished speculative request (OpenAI ones too) counted: mixed classes give an average
     that no single request reports."""
     args = BASE + DFLASH
-    shape = ls.spec_shape(ls.prepare_server_args(args))
+    shape = decoding.spec_shape(prepare_server_args(args))
     with LocalServer(args, env=FAST) as srv:
         srv.wait_for_line("fired up")
-        warm = shape.schedule(ls.WARMUP_TOKENS, engine.text_class(ls.WARMUP_PROMPT))
+        warm = shape.schedule(WARMUP_TOKENS, engine.text_class(WARMUP_PROMPT))
         tokens, steps = sum(warm), len(warm)
         avgs = [server_avg(srv)]
         assert avgs[0] == pytest.approx(tokens / steps)

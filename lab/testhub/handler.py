@@ -11,212 +11,33 @@ Protocol (what huggingface_hub and hf_transfer need, see FACTS.md):
   /api/models/ (or a model under /api/datasets/) is 404 RepoNotFound, as on the real Hub.
   404s carry X-Error-Code: RepoNotFound | RevisionNotFound | EntryNotFound.
 Test control (hub port only): GET/POST /_testhub/faults, GET /_testhub/stats, POST /_testhub/reset,
-POST /_testhub/link {"rate_mbps": R, "conn_rate_mbps": C} (0 = unpaced).
+POST /_testhub/link {"rate_mbps": R, "conn_rate_mbps": C} (0 = unpaced; pacing.py).
+Byte transfers pass through the fault rules (faults.py) and the link pacing (pacing.py).
 
-Link pacing (off by default): file bytes leave at most at R MB/s summed over every connection (the client's NIC
-or the CDN's share of it) and at most C MB/s on each connection (what one TCP stream from a CDN gets; the reason
-hf_transfer opens several). Paced in SEND_STEP pieces, with at most one piece of burst.
-
-Fault rules (dicts) apply to byte transfers (non-LFS resolve GET and file server GET) unless "where": "api"|"any":
-  kind: drop (close the socket at `offset`), stall (stop sending at `offset`, socket open, for stall_s),
-        status (answer `status`, default 503), 429 (with Retry-After: retry_after), flip (xor the byte at
-        `offset`), truncate (206 whose body ends at `offset` while Content-Range claims the whole requested range),
-        ignore_range (what some proxies and caches do: a *ranged* GET is answered 200 with the whole file, no
-        Content-Range; unranged GETs never match. Options: `offset` (only ranged requests whose range covers that
-        absolute offset match; default: any ranged request), `size_delta` (bytes added to (or, negative, cut from)
-        the whole body and its Content-Length: another object than the tree's, e.g. a stale cached version;
-        padding is zeros; default 0)). The whole body then passes through the other rules: a drop, stall, flip or
-        truncate rule listed after it whose offset lies in the file applies to it too (a flaky link behind the
-        proxy). norange is another name for ignore_range.
-  path / repo: fnmatch globs (default "*"); offset: absolute file offset (default: middle of the file; for
-  ignore_range: none); times: triggers left (default 1, -1 = forever).
+The handlers serve one TestHub (hub.py), passed to make_handler: its repositories, controls and statistics.
 """
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import hmac
 import json
 import re
 import socket
-import threading
-import time
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from .repos import DEFAULT_REPOS, HashCache, Repo, RepoFile, build_repo, make_block
-
-SEND_STEP = 1 << 20
-RANGE_KINDS = ("ignore_range", "norange")  # answer a ranged GET with 200 + the whole file
-BYTE_KINDS = ("drop", "stall", "flip", "truncate")  # act at an offset of the bytes sent
+from .faults import BYTE_KINDS, RANGE_KINDS
+from .pacing import SEND_STEP, Pacer
+from .repos import Repo, RepoFile
 
 
-class Pacer:
-    """Holds a byte stream to `rate` bytes/s: take(n) returns once n more bytes fit in the schedule."""
-
-    def __init__(self, rate: float, burst: int = SEND_STEP):
-        self.rate = float(rate)
-        self.burst_s = burst / self.rate
-        self.lock = threading.Lock()
-        self.due = time.monotonic()
-
-    def take(self, n: int, stop: threading.Event) -> None:
-        with self.lock:
-            now = time.monotonic()
-            self.due = max(self.due, now - self.burst_s) + n / self.rate
-            wait = self.due - now - self.burst_s
-        if wait > 0:
-            stop.wait(wait)
-
-
-class _Server(ThreadingHTTPServer):
+class HubServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
     allow_reuse_address = True
 
     def handle_error(self, request, client_address):
         return  # clients hanging up mid-transfer are normal here (and are what the faults provoke)
-
-
-class TestHub:
-    """In-process test Hub. `start()` binds both servers and serves from daemon threads; `stop()` ends them."""
-
-    __test__ = False  # not a pytest class
-
-    def __init__(self, bind: str = "127.0.0.1", port: int = 0, file_port: int = 0, seed: int = 0,
-                 repos: dict[str, dict] | None = None, page_size: int = 50, token: str | None = None,
-                 cache_dir: str | Path | None = None, faults: list[dict] | None = None):
-        self.bind = bind
-        self.seed = seed
-        self.page_size = page_size
-        self.token = token
-        self.secret = hashlib.sha256(f"testhub-{seed}-{time.time_ns()}".encode()).digest()
-        block = make_block(seed)
-        cache = HashCache(Path(cache_dir) / f"hashes-{seed}.json" if cache_dir else None)
-        self.repos: dict[str, Repo] = {}
-        for repo_id, spec in (repos if repos is not None else DEFAULT_REPOS).items():
-            self.repos[repo_id] = build_repo(seed, block, cache, repo_id, spec)
-        self.by_sha256: dict[str, tuple[Repo, RepoFile]] = {}
-        for repo in self.repos.values():
-            for f in repo.files:
-                if f.lfs:
-                    self.by_sha256[f.sha256] = (repo, f)
-        self.lock = threading.Lock()
-        self.stop_event = threading.Event()
-        self.faults: list[dict] = [dict(r) for r in faults or []]
-        self.link: Pacer | None = None
-        self.conn_rate = 0.0
-        self.reset_stats()
-        self.hub = _Server((bind, port), _make_handler(self, "hub"))
-        self.files = _Server((bind, file_port), _make_handler(self, "files"))
-        self.threads: list[threading.Thread] = []
-
-    # ---- lifecycle -------------------------------------------------------------------------------------
-    @property
-    def port(self) -> int:
-        return self.hub.server_address[1]
-
-    @property
-    def file_port(self) -> int:
-        return self.files.server_address[1]
-
-    @property
-    def endpoint(self) -> str:
-        host = self.bind if self.bind not in ("0.0.0.0", "") else "127.0.0.1"
-        return f"http://{host}:{self.port}"
-
-    def start(self) -> "TestHub":
-        for srv in (self.hub, self.files):
-            t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-            t.start()
-            self.threads.append(t)
-        return self
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        for srv in (self.hub, self.files):
-            if self.threads:  # shutdown() waits for serve_forever(): only when it runs
-                srv.shutdown()
-            srv.server_close()
-
-    def __enter__(self) -> "TestHub":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    # ---- control ---------------------------------------------------------------------------------------
-    def set_faults(self, rules: list[dict]) -> None:
-        with self.lock:
-            self.faults = [dict(r) for r in rules]
-
-    def set_link(self, rate_mbps: float = 0.0, conn_rate_mbps: float = 0.0) -> dict:
-        """Pace file bytes (see the module docstring); 0 = unpaced."""
-        with self.lock:
-            self.link = Pacer(rate_mbps * 1e6) if rate_mbps > 0 else None
-            self.conn_rate = conn_rate_mbps * 1e6 if conn_rate_mbps > 0 else 0.0
-        return {"rate_mbps": rate_mbps, "conn_rate_mbps": conn_rate_mbps}
-
-    def reset_stats(self) -> None:
-        with self.lock:
-            self.stats = {"requests": 0, "bytes": 0, "by_path": {}, "faults": [], "file_auth_headers": 0,
-                          "api": {}, "ranges": []}
-
-    def snapshot(self) -> dict:
-        with self.lock:
-            return json.loads(json.dumps(self.stats))
-
-    def count_bytes(self, repo_id: str, path: str, n: int) -> None:
-        with self.lock:
-            self.stats["bytes"] += n
-            key = f"{repo_id}/{path}"
-            self.stats["by_path"][key] = self.stats["by_path"].get(key, 0) + n
-
-    def log_range(self, repo_id: str, path: str, start: int, end: int, sent_to: int) -> None:
-        """Record a data GET: [start, end] asked for, bytes [start, sent_to) written to the socket."""
-        with self.lock:
-            self.stats["ranges"].append([f"{repo_id}/{path}", start, end, sent_to])
-            del self.stats["ranges"][:-5000]
-
-    def take_fault(self, where: str, repo_id: str, path: str, start: int, end: int, size: int,
-                   ranged: bool = False, kinds: tuple[str, ...] | None = None) -> dict | None:
-        """First matching rule for a request covering [start, end] (inclusive) of a file (`ranged`: it carried a
-        Range header); consumes one trigger. `kinds` limits the rules considered."""
-        with self.lock:
-            for rule in self.faults:
-                if rule.get("times", 1) == 0:
-                    continue
-                rw = rule.get("where", "file")
-                if rw != "any" and rw != where:
-                    continue
-                if not fnmatch.fnmatchcase(repo_id, rule.get("repo", "*")):
-                    continue
-                if not fnmatch.fnmatchcase(path, rule.get("path", "*")):
-                    continue
-                kind = rule["kind"]
-                if kinds is not None and kind not in kinds:
-                    continue
-                if kind in BYTE_KINDS:
-                    off = rule.get("offset")
-                    off = size // 2 if off is None else int(off)
-                    if not (start <= off <= end):
-                        continue
-                if kind in RANGE_KINDS:
-                    if not ranged:
-                        continue
-                    if rule.get("offset") is not None and not (start <= int(rule["offset"]) <= end):
-                        continue
-                if rule.get("times", 1) > 0:
-                    rule["times"] = rule.get("times", 1) - 1
-                fired = dict(rule, repo_id=repo_id, file=path, start=start, end=end)
-                self.stats["faults"].append(fired)
-                return fired
-        return None
-
-    def sign(self, sha256: str) -> str:
-        return hmac.new(self.secret, sha256.encode(), "sha256").hexdigest()[:32]
 
 
 _API_RE = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)/(revision|tree)/([^/]+)(?:/(.*))?$")
@@ -227,7 +48,9 @@ _LFS_RE = re.compile(r"^/lfs/([0-9a-f]{64})$")
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
-def _make_handler(hub: TestHub, role: str):
+def make_handler(hub, role: str):
+    """The request handler class of one of the hub's two servers (role "hub": API, resolve and controls; "files":
+    the LFS file server)."""
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "testhub/1"
