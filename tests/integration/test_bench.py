@@ -41,7 +41,7 @@ def unit_state(lab, host=HOST):
 @pytest.fixture(scope="module")
 def served(lab, request):
     """Baseline service on b300-lab (the host's nvlink profile, run by the stand-in)."""
-    from tests.integration.conftest import run_playbook
+    from tests.helpers.playbook import run_playbook
     for playbook in ("playbooks/venv.yml", "playbooks/service.yml"):
         r = run_playbook(lab, playbook, limit=HOST, timeout=900)
         assert r.rc == 0, f"{playbook} failed:\n{r.stdout[-4000:]}"
@@ -221,7 +221,7 @@ def configured_truth(row):
 
 @pytest.fixture(scope="module")
 def speedup_run(served, lab):
-    from tests.integration.conftest import run_playbook
+    from tests.helpers.playbook import run_playbook
     run = run_id("speedup")
     r = run_playbook(lab, "playbooks/sweep.yml", limit=HOST, timeout=1500,
                      extravars={**SPEEDUP, "sglang_bench_run_id": run})

@@ -20,7 +20,7 @@ from ansible.module_utils.compile_cache.bundle import DEFAULT_DIRS, file_sha256
 from ansible.module_utils.compile_cache.install import install
 from ansible.module_utils.compile_cache.pack import pack
 from ansible.module_utils.compile_cache.record import RECORD_NAME
-from tests.integration.conftest import run_playbook
+from tests.helpers.playbook import run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_NAME = "ccache"

@@ -16,7 +16,7 @@ import pytest
 from lab.host_sets import FLEET_HOSTS
 from lab.lab import Lab
 from lab.testhub import HubProcess
-from tests.integration.conftest import run_playbook
+from tests.helpers.playbook import run_playbook
 
 LAB_NAME = "fleet"
 INVENTORY = "inventory/fleet-lab"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.testhub import HubProcess
-from tests.integration.conftest import run_playbook, start_playbook
+from tests.helpers.playbook import run_playbook, start_playbook
 
 LAB_NAME = "models"
 PLAYBOOK = "playbooks/models.yml"

@@ -17,7 +17,7 @@ import pytest
 
 from lab.host_sets import MULTINODE_HOSTS
 from lab.lab import Lab
-from tests.integration.conftest import run_playbook
+from tests.helpers.playbook import run_playbook
 
 LAB_NAME = "multinode"
 INVENTORY = "inventory/multinode-lab"

@@ -13,8 +13,8 @@ import pytest
 
 from lab.host_sets import ROUTER_LAB_HOSTS
 from lab.lab import Lab
-from tests.integration.conftest import run_playbook
-from tests.integration.loadgen import Load
+from tests.helpers.playbook import run_playbook
+from tests.helpers.router_load import Load
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_NAME = "rolling"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import run_playbook
+from tests.helpers.playbook import run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_NAME = "service"

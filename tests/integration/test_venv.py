@@ -15,7 +15,7 @@ import pytest
 
 from ansible.module_utils.venv import lock as venv_lock
 from ansible.module_utils.venv import patch as venv_patch
-from tests.integration.conftest import start_playbook
+from tests.helpers.playbook import start_playbook
 
 LAB_NAME = "venv"
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ def test_killed_transfer_leaves_live_venv_intact(lab):
     assert sh(lab, "b300-lab", f"test -e {VENV}/big.bin && echo yes || echo no") == "no"
     assert sh(lab, "b300-lab", f"{VENV}/bin/python -c 'import six; print(six.lab_patched())'") == "('0001', '0002')"
 
-    from tests.integration.conftest import run_playbook
+    from tests.helpers.playbook import run_playbook
     run = run_playbook(lab, PLAYBOOK, limit="b300-lab", extravars=STREAM)
     assert run.rc == 0, run.stdout[-5000:]
     stage = run.result("Compare with the source and prepare the stage", "b300-lab")
