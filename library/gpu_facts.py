@@ -160,7 +160,7 @@ torch_probe:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu.probe import collect
+from ansible.module_utils.gpu.facts import collect
 
 
 def main():

@@ -94,7 +94,8 @@ flag_schema: {description: "The stage's flag schema: sha256, sglang_version, opt
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv.build import BuildError, build_if_needed
+from ansible.module_utils.venv.build import build_if_needed
+from ansible.module_utils.venv.build_error import BuildError
 
 
 def main():

@@ -31,7 +31,8 @@ fact: {description: The fact as written., type: dict, returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.venv.build import BuildError, provenance
+from ansible.module_utils.venv.build_error import BuildError
+from ansible.module_utils.venv.provenance import provenance
 
 
 def main():

@@ -4,7 +4,7 @@ plain GPU query that callers needing only the GPU list run (query_gpus).
 Stdlib only (and evidence/error.py): it runs on the target (Python 3.11) inside the modules and is unit-tested on
 the controller without Ansible, on recorded output (tests/fixtures/nvidia-smi/). The parsers are pure functions over
 text; query_gpus is the one function here that runs nvidia-smi (through a subprocess.run-like `run`, so tests feed
-recordings). The driver gate (gpu/probe.py) runs its own retrying GATE_FIELDS query and `topo -m` with the
+recordings). The driver gate's probe (gpu/probe.py) runs its own retrying GATE_FIELDS query and `topo -m` with the
 arguments from here; tests/unit/test_nvidia_smi.py holds that no other file builds an nvidia-smi command line.
 
 Formats parsed (as documented by `nvidia-smi --help-query-gpu` and `nvidia-smi topo -h`):

@@ -1,11 +1,11 @@
-"""GPU facts for the gpu_facts module: run nvidia-smi (and optionally a torch probe), gate on expectations.
+"""The GPU host's readings for gpu_facts: nvidia-smi, the fabric manager's unit, and the torch probe (stdlib only).
 
-Stdlib only; runs on the target. `collect()` is the one entry point the module calls. Commands go through a
-`runner(argv, timeout) -> (rc, stdout, stderr)` so tests can feed captured text instead of running anything.
+Runs on the target. Commands go through a `runner(argv, timeout, env=None) -> (rc, stdout, stderr)` so tests can feed
+captured text instead of running anything; default_runner runs them. Nothing here judges what it read: the driver
+gate (module_utils/gpu/gate.py) does, and module_utils/gpu/facts.py puts the two together for the module.
 
-The driver gate (`evaluate_gate`) returns {"status", "reasons", "found", "checks", "warnings"}; each check is
-{"name", "status": passed|failed|warned|not_checked, "found"}. A value the driver does not report ("[N/A]",
-"[Not Supported]", a field it does not know) makes its check not_checked with the reason, never passed.
+The torch probe is module_utils/gpu/probe_script.py, a standalone script: its source is written to a temporary file
+on the host and run with the target venv's python (it judges that venv's torch), never imported here to run.
 """
 
 import json
@@ -14,108 +14,13 @@ import shutil
 import subprocess
 import tempfile
 
+from ansible.module_utils.gpu import probe_script
 from ansible.module_utils.gpu.nvidia_smi import (
-    GATE_FIELDS, HEALTH_FIELDS, TOPO_ARGS, UNAVAILABLE, NvidiaSmiParseError, driver_major, parse_query_gpu,
-    parse_topology, query_args, suggest_profile, summarize_links, unknown_field)
+    GATE_FIELDS, HEALTH_FIELDS, TOPO_ARGS, NvidiaSmiParseError, parse_query_gpu, parse_topology, query_args,
+    summarize_links, unknown_field)
 
 # NVLink multicast (NVLS) stays off in every probe: on shared hosts it can take the GPUs out of service.
 PROBE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-
-# Run with the venv's python as `python FILE OUT_JSON` (a file, not -c: spawned workers re-import __main__).
-TORCH_PROBE_SCRIPT = r'''
-import json, os, sys, tempfile, time, traceback
-
-OUT = sys.argv[1]
-
-
-def _allreduce_worker(rank, world, init_file, results):
-    import torch
-    import torch.distributed as dist
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method="file://" + init_file, rank=rank, world_size=world,
-                            device_id=torch.device("cuda", rank))
-    try:
-        t = torch.full((1 << 20,), float(rank + 1), device="cuda")
-        dist.all_reduce(t)
-        torch.cuda.synchronize()
-        got = t[0].item()
-        uniform = bool((t == got).all().item())
-    finally:
-        dist.destroy_process_group()
-    with open(results + ".%d" % rank, "w") as fh:
-        json.dump({"rank": rank, "value": got, "uniform": uniform}, fh)
-
-
-def main():
-    report = {"ok": False, "error": None}
-    try:
-        import torch
-        import torch.distributed as dist
-        import torch.multiprocessing as mp
-        report["torch_version"] = torch.__version__
-        report["torch_cuda"] = torch.version.cuda
-        report["cuda_available"] = torch.cuda.is_available()
-        n = torch.cuda.device_count()
-        report["device_count"] = n
-        report["devices"] = []
-        if n == 0:
-            raise RuntimeError("torch sees no CUDA device (cuda_available=%s)" % report["cuda_available"])
-        try:
-            report["nccl_version"] = ".".join(str(x) for x in torch.cuda.nccl.version())
-        except Exception as exc:  # NCCL missing from this torch build
-            report["nccl_version"] = None
-        torch.backends.cuda.matmul.allow_tf32 = False
-        gen = torch.Generator().manual_seed(1234)
-        a = torch.randn(1024, 1024, generator=gen)
-        b = torch.randn(1024, 1024, generator=gen)
-        ref = a @ b
-        for d in range(n):
-            props = torch.cuda.get_device_properties(d)
-            t0 = time.monotonic()
-            got = (a.to(d) @ b.to(d)).cpu()
-            err = (got - ref).abs().max().item()
-            report["devices"].append({
-                "index": d, "name": props.name, "capability": "%d.%d" % (props.major, props.minor),
-                "memory_total_mib": props.total_memory // (1024 * 1024),
-                "matmul_max_abs_err": err, "matmul_ok": bool(torch.allclose(got, ref, rtol=1e-3, atol=1e-3)),
-                "matmul_s": round(time.monotonic() - t0, 4)})
-        with tempfile.TemporaryDirectory() as tmp:
-            # one process, world size 1, on GPU 0
-            dist.init_process_group("nccl", init_method="file://" + os.path.join(tmp, "single"), rank=0,
-                                    world_size=1, device_id=torch.device("cuda", 0))
-            try:
-                t = torch.full((1 << 20,), 3.0, device="cuda:0")
-                dist.all_reduce(t)
-                torch.cuda.synchronize()
-                single = t[0].item()
-            finally:
-                dist.destroy_process_group()
-            report["nccl_single"] = {"world_size": 1, "value": single, "expected": 3.0, "ok": single == 3.0}
-            # one process per GPU, rank r contributes r+1
-            results = os.path.join(tmp, "multi")
-            t0 = time.monotonic()
-            mp.spawn(_allreduce_worker, args=(n, os.path.join(tmp, "init"), results), nprocs=n, join=True)
-            ranks = []
-            for r in range(n):
-                with open(results + ".%d" % r) as fh:
-                    ranks.append(json.load(fh))
-            expected = float(n * (n + 1) // 2)
-            report["nccl_multi"] = {
-                "world_size": n, "expected": expected, "values": [x["value"] for x in ranks],
-                "ok": all(x["value"] == expected and x["uniform"] for x in ranks),
-                "seconds": round(time.monotonic() - t0, 3)}
-        report["ok"] = (all(d["matmul_ok"] for d in report["devices"]) and report["nccl_single"]["ok"]
-                        and report["nccl_multi"]["ok"])
-    except Exception as exc:
-        report["error"] = "%s: %s" % (type(exc).__name__, exc)
-        report["traceback"] = traceback.format_exc()[-2000:]
-    with open(OUT, "w") as fh:
-        json.dump(report, fh)
-
-
-if __name__ == "__main__":
-    main()
-'''
 
 
 def default_runner(argv, timeout, env=None):
@@ -203,15 +108,38 @@ def read_fabric_manager(systemctl, unit, runner, timeout=30):
     return info
 
 
+def probe_script_source():
+    """Source text of module_utils/gpu/probe_script.py: through its loader (zipimport inside an AnsiballZ payload,
+    the file loader otherwise), else its file. OSError when neither gives it."""
+    loader = getattr(probe_script, "__loader__", None)
+    get_source = getattr(loader, "get_source", None)
+    if get_source is not None:
+        try:
+            src = get_source(probe_script.__name__)
+        except (ImportError, OSError):
+            src = None
+        if src:
+            return src
+    path = getattr(probe_script, "__file__", None)
+    if path and path.endswith(".py"):
+        with open(path) as fh:
+            return fh.read()
+    raise OSError("cannot read the source of %s (loader %r)" % (probe_script.__name__, loader))
+
+
 def run_torch_probe(python, runner, timeout=300):
-    """Run TORCH_PROBE_SCRIPT with `python` (a venv's interpreter); returns its JSON report."""
+    """Run module_utils/gpu/probe_script.py with `python` (a venv's interpreter); returns its JSON report."""
     if not os.path.exists(python):
         return {"ok": False, "error": "probe python %s does not exist" % python}
+    try:
+        source = probe_script_source()
+    except OSError as exc:
+        return {"ok": False, "error": "cannot read the torch probe script: %s" % exc}
     with tempfile.TemporaryDirectory(prefix="gpu_probe_") as tmp:
         script = os.path.join(tmp, "torch_probe.py")
         out = os.path.join(tmp, "report.json")
         with open(script, "w") as fh:
-            fh.write(TORCH_PROBE_SCRIPT)
+            fh.write(source)
         rc, stdout, stderr = runner([python, script, out], timeout, PROBE_ENV)
         try:
             with open(out) as fh:
@@ -223,380 +151,3 @@ def run_torch_probe(python, runner, timeout=300):
             report["ok"] = False
             report["error"] = "probe exited rc=%s: %s" % (rc, (stderr or stdout)[-1000:])
     return report
-
-
-PASSED, FAILED, WARNED, NOT_CHECKED = "passed", "failed", "warned", "not_checked"
-CHECK_NAMES = ("nvidia_smi", "gpu_count", "compute_capability", "driver", "persistence_mode", "mig_mode",
-               "ecc_mode", "ecc_uncorrected_errors", "retired_pages", "remapped_rows", "fabric",
-               "fabric_manager_service")
-REQUIRE_FABRIC = ("auto", "true", "false")
-FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
-
-
-def _check(name, status, found):
-    return {"name": name, "status": status, "found": found}
-
-
-def _gpu_names(indices):
-    """"GPU0-GPU3, GPU5" for [0, 1, 2, 3, 5]: runs of three or more GPUs as a range."""
-    indices = sorted(set(indices))
-    runs = []
-    for i in indices:
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    names = []
-    for first, last in runs:
-        if last - first >= 2:
-            names.append("GPU%d-GPU%d" % (first, last))
-        else:
-            names.extend("GPU%d" % i for i in range(first, last + 1))
-    return ", ".join(names)
-
-
-def _health(gpu, field, unknown_fields):
-    """(text, None) when the GPU reported a value for `field`; (None, why not) otherwise."""
-    if field in unknown_fields:
-        return None, "this driver does not know %s (%s)" % (field, unknown_fields[field])
-    health = gpu.get("health") or {}
-    if field not in health:
-        return None, "%s was not queried" % field
-    text = health[field]
-    if text in UNAVAILABLE:
-        return None, "nvidia-smi reports %s for %s" % (text or "nothing", field)
-    return text, None
-
-
-def _is(text, word):
-    return text is not None and text.strip().lower() == word
-
-
-def _per_gpu(name, gpus, judge, bad_status=FAILED):
-    """One check over every GPU. judge(gpu) -> (verdict, text), verdict "bad"|"warn"|"na"|"ok".
-
-    Status: bad_status when a GPU is bad, else warned when one warns, else not_checked when one could not be
-    judged, else passed. Returns (check, problem): problem names the bad (or warning) GPUs and what they show.
-    """
-    if not gpus:
-        return _check(name, NOT_CHECKED, "no GPU was read"), None
-    groups = {"bad": [], "warn": [], "na": [], "ok": []}
-    for gpu in gpus:
-        verdict, text = judge(gpu)
-        groups[verdict].append((gpu["index"], text))
-
-    def say(items, prefix=""):
-        texts = []
-        for _, text in items:
-            if text not in texts:
-                texts.append(text)
-        return "; ".join("%s%s: %s" % (prefix, _gpu_names(i for i, t in items if t == text), text) for text in texts)
-
-    mixed = groups["bad"] or groups["warn"] or groups["ok"]
-    parts = [say(groups["bad"]), say(groups["warn"]), say(groups["na"], "not checked on " if mixed else ""),
-             say(groups["ok"])]
-    found = "; ".join(p for p in parts if p)
-    if groups["bad"]:
-        return _check(name, bad_status, found), say(groups["bad"])
-    if groups["warn"]:
-        return _check(name, WARNED, found), say(groups["warn"])
-    return _check(name, NOT_CHECKED if groups["na"] else PASSED, found), None
-
-
-def _fabric_checks(gpus, unknown, links, require, read_fabric_manager_unit):
-    """The fabric and fabric_manager_service checks: ([check, check], [reasons], [warnings])."""
-    interconnect = links["interconnect"] if links else "unknown"
-    if not gpus:
-        return [_check("fabric", NOT_CHECKED, "no GPU was read"),
-                _check("fabric_manager_service", NOT_CHECKED, "no GPU was read")], [], []
-    rows = []
-    for gpu in gpus:
-        state, why = _health(gpu, "fabric.state", unknown)
-        status, why_status = _health(gpu, "fabric.status", unknown)
-        rows.append((gpu["index"], state, why, status, why_status))
-    on_fabric = [r for r in rows if r[1] is not None]
-    if require == "false":
-        return [_check("fabric", NOT_CHECKED, "not required (require_fabric=false); %d of %d GPU(s) report a "
-                       "fabric state; links: %s" % (len(on_fabric), len(rows), interconnect)),
-                _check("fabric_manager_service", NOT_CHECKED, "not read: fabric not required")], [], []
-    if require != "true" and not on_fabric:
-        whys = []
-        for row in rows:
-            if row[2] not in whys:
-                whys.append(row[2])
-        found = ("not required: no GPU reports an NVSwitch fabric state (%s); links: %s"
-                 % ("; ".join(whys), interconnect))
-        warnings = []
-        if interconnect == "nvlink":
-            warnings.append("all %d GPU pairs are on NVLink but no GPU reports a fabric state, so the NVSwitch "
-                            "fabric and nvidia-fabricmanager were not checked; on an NVSwitch system set "
-                            "require_fabric=true" % links["pairs"])
-        return [_check("fabric", NOT_CHECKED, found),
-                _check("fabric_manager_service", NOT_CHECKED, "not read: fabric not required")], [], warnings
-    why_needed = ("require_fabric=true" if require == "true" else
-                  "%s report a fabric state; links: %s" % (_gpu_names(r[0] for r in on_fabric), interconnect))
-
-    def judge(gpu):
-        _, state, why, status, _ = next(r for r in rows if r[0] == gpu["index"])
-        if state is None:
-            return "bad", "no fabric state (%s)" % why
-        shown = "fabric.state %s, fabric.status %s" % (
-            state, (gpu.get("health") or {}).get("fabric.status", "not reported"))
-        if _is(state, "completed") and _is(status, "success"):
-            return "ok", shown
-        return "bad", shown
-
-    fabric, problem = _per_gpu("fabric", gpus, judge)
-    fabric["found"] = "required (%s); %s" % (why_needed, fabric["found"])
-    reasons = []
-    if problem:
-        reasons.append("NVSwitch fabric not ready (required: %s) on %s; the GPUs cannot be used until "
-                       "nvidia-fabricmanager has registered them" % (why_needed, problem))
-    ready = fabric["status"] == PASSED
-    fm = read_fabric_manager_unit()
-    unit = fm["unit"]
-    if not fm["read"]:
-        service = _check("fabric_manager_service", NOT_CHECKED, "not read: %s" % fm["error"])
-        return [fabric, service], reasons, []
-    shown = "%s: LoadState=%s ActiveState=%s SubState=%s" % (unit, fm["load_state"], fm["active_state"],
-                                                             fm["sub_state"])
-    warnings = []
-    if fm["active_state"] == "active":
-        service = _check("fabric_manager_service", PASSED, shown)
-    elif fm["load_state"] == "not-found" and ready:
-        # No such unit, yet every GPU is registered: the fabric manager runs outside systemd (a driver container).
-        service = _check("fabric_manager_service", WARNED, shown + " (no such unit; every GPU's fabric is "
-                         "Completed/Success, so the fabric manager runs outside systemd)")
-        warnings.append("%s is not installed although the NVSwitch fabric is up: %s" % (unit, shown))
-    else:
-        # A unit that is there but not running fails even when the GPUs still read Completed: the fabric state
-        # does not go back when the daemon dies, and the fabric manager is needed while the GPUs are in use.
-        what = "not installed" if fm["load_state"] == "not-found" else "not running"
-        service = _check("fabric_manager_service", FAILED, shown)
-        reasons.append("%s is %s (%s) on a host whose GPUs need the NVSwitch fabric: install/start it (its version "
-                       "must match the driver)" % (unit, what, shown))
-    return [fabric, service], reasons, warnings
-
-
-def evaluate_gate(gpus, smi_error, expected_count, expected_capability, min_driver, links=None,
-                  unknown_fields=None, require_fabric="auto", require_persistence=True, allow_mig=False,
-                  max_uncorrected_ecc=0, fabric_manager=None):
-    """The driver gate: {"status": "pass"|"fail"|"skipped", "reasons", "found", "checks", "warnings"}.
-
-    expected_count 0 means the host declares no GPU: the gate is "skipped" (never "pass"), says what was found
-    anyway and lists every check as not_checked. Otherwise every check that fails adds a reason quoting what
-    was found and naming the GPUs. Knobs: require_fabric auto (required when a GPU reports a fabric state) |
-    true | false; require_persistence False turns persistence off into a warning; allow_mig True turns MIG
-    into a warning; max_uncorrected_ecc = uncorrectable (volatile) ECC errors tolerated per GPU.
-    fabric_manager: callable returning read_fabric_manager()'s dict, called only when the fabric is required.
-    """
-    if require_fabric not in REQUIRE_FABRIC:
-        raise ValueError("require_fabric must be one of %s, got %r" % ("|".join(REQUIRE_FABRIC), require_fabric))
-    if max_uncorrected_ecc < 0:
-        raise ValueError("max_uncorrected_ecc must be >= 0, got %r" % max_uncorrected_ecc)
-    unknown = unknown_fields or {}
-    drivers = sorted({g["driver_version"] for g in gpus if g["driver_version"]})
-    caps = sorted({g["compute_capability"] for g in gpus if g["compute_capability"]})
-    names = sorted({g["name"] for g in gpus if g["name"]})
-    if smi_error and not gpus:
-        found = smi_error
-    else:
-        found = "%d GPU(s) %s, compute capability %s, driver %s" % (
-            len(gpus), "/".join(names) or "?", "/".join(caps) or "?", "/".join(drivers) or "?")
-    if not expected_count:
-        reasons = ["host declares no GPU (expected count 0): driver gate NOT run; found: %s" % found]
-        if gpus:
-            reasons.append("note: the host does have GPUs although it declares none")
-        checks = [_check(n, NOT_CHECKED, "driver gate not run: the host declares no GPU") for n in CHECK_NAMES]
-        return {"status": "skipped", "reasons": reasons, "found": found, "checks": checks, "warnings": []}
-    reasons, checks, warnings = [], [], []
-
-    def add(check, problem=None, reason=None):
-        checks.append(check)
-        if check["status"] == FAILED:
-            reasons.append(reason or "%s: %s" % (check["name"], problem or check["found"]))
-        elif check["status"] == WARNED:
-            warnings.append(reason or "%s: %s" % (check["name"], problem or check["found"]))
-
-    if smi_error:
-        add(_check("nvidia_smi", FAILED, smi_error), reason="nvidia-smi: %s" % smi_error)
-    else:
-        text = "read %d GPU(s)" % len(gpus)
-        if unknown:
-            text += "; fields this driver does not know: %s" % ", ".join(sorted(unknown))
-        add(_check("nvidia_smi", PASSED, text))
-    if len(gpus) != expected_count:
-        text = "expected %d GPU(s), found %d" % (expected_count, len(gpus))
-        add(_check("gpu_count", FAILED, text), reason=text)
-    else:
-        add(_check("gpu_count", PASSED, "%d GPU(s)" % len(gpus)))
-    if not expected_capability:
-        add(_check("compute_capability", NOT_CHECKED, "no capability asked for; found %s" % ("/".join(caps) or "?")))
-    else:
-        wrong = ["GPU%d=%s" % (g["index"], g["compute_capability"]) for g in gpus
-                 if g["compute_capability"] != expected_capability]
-        if wrong:
-            text = "expected compute capability %s on every GPU, found %s" % (expected_capability, ", ".join(wrong))
-            add(_check("compute_capability", FAILED, text), reason=text)
-        elif gpus:
-            add(_check("compute_capability", PASSED, "%s on every GPU" % expected_capability))
-        else:
-            add(_check("compute_capability", NOT_CHECKED, "no GPU was read"))
-    if not min_driver:
-        add(_check("driver", NOT_CHECKED, "no minimum driver asked for; found %s" % ("/".join(drivers) or "?")))
-    else:
-        low = ["GPU%d=%s" % (g["index"], g["driver_version"]) for g in gpus
-               if (driver_major(g["driver_version"]) or 0) < min_driver]
-        if low:
-            text = "expected driver >= %d, found %s" % (min_driver, ", ".join(low))
-            add(_check("driver", FAILED, text), reason=text)
-        elif gpus:
-            add(_check("driver", PASSED, "%s >= %d" % ("/".join(drivers), min_driver)))
-        else:
-            add(_check("driver", NOT_CHECKED, "no GPU was read"))
-
-    def persistence(gpu):
-        text, why = _health(gpu, "persistence_mode", unknown)
-        if text is None:
-            return "na", why
-        if _is(text, "enabled"):
-            return "ok", "persistence mode Enabled"
-        if _is(text, "disabled"):
-            return "bad", "persistence mode Disabled"
-        return "na", "unexpected persistence_mode %r" % text
-    check, problem = _per_gpu("persistence_mode", gpus, persistence, FAILED if require_persistence else WARNED)
-    add(check, reason=problem and "%s (enable it: nvidia-persistenced, or nvidia-smi -pm 1)%s" % (
-        problem, "" if require_persistence else " [require_persistence=false]"))
-
-    def mig(gpu):
-        current, why_current = _health(gpu, "mig.mode.current", unknown)
-        pending, why_pending = _health(gpu, "mig.mode.pending", unknown)
-        on = ["%s Enabled" % k for k, v in (("current", current), ("pending", pending)) if _is(v, "enabled")]
-        if on:
-            return "bad", "MIG %s" % ", ".join(on)
-        if current is None or pending is None:
-            return "na", why_current or why_pending
-        if _is(current, "disabled") and _is(pending, "disabled"):
-            return "ok", "MIG Disabled"
-        return "na", "unexpected MIG mode current %r pending %r" % (current, pending)
-    check, problem = _per_gpu("mig_mode", gpus, mig, WARNED if allow_mig else FAILED)
-    add(check, reason=problem and "%s: SGLang tensor parallelism needs whole GPUs (disable MIG: nvidia-smi "
-        "-i N -mig 0, then reset the GPU)%s" % (problem, " [allow_mig=true]" if allow_mig else ""))
-
-    def ecc_mode(gpu):
-        text, why = _health(gpu, "ecc.mode.current", unknown)
-        if text is None:
-            return "na", why
-        if _is(text, "enabled"):
-            return "ok", "ECC Enabled"
-        if _is(text, "disabled"):
-            return "warn", "ECC Disabled (uncorrectable memory errors go uncounted)"
-        return "na", "unexpected ecc.mode.current %r" % text
-    add(*_per_gpu("ecc_mode", gpus, ecc_mode))
-
-    def ecc_errors(gpu):
-        volatile, why = _health(gpu, "ecc.errors.uncorrected.volatile.total", unknown)
-        aggregate, _ = _health(gpu, "ecc.errors.uncorrected.aggregate.total", unknown)
-        if volatile is None:
-            if _is(_health(gpu, "ecc.mode.current", unknown)[0], "disabled"):
-                why += " (ECC is Disabled)"
-            return "na", why
-        try:
-            count = int(volatile)
-        except ValueError:
-            return "na", "unexpected ecc.errors.uncorrected.volatile.total %r" % volatile
-        text = "%d uncorrectable ECC error(s) since the driver loaded (aggregate %s)" % (
-            count, aggregate if aggregate is not None else "not reported")
-        return ("bad" if count > max_uncorrected_ecc else "ok"), text
-    check, problem = _per_gpu("ecc_uncorrected_errors", gpus, ecc_errors)
-    add(check, reason=problem and "%s; at most %d allowed (max_uncorrected_ecc): drain the GPU, reset it and "
-        "check nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER" % (problem, max_uncorrected_ecc))
-
-    def retired(gpu):
-        text, why = _health(gpu, "retired_pages.pending", unknown)
-        if text is None:
-            return "na", why
-        if _is(text, "yes"):
-            return "bad", "memory pages pending retirement (retired_pages.pending=Yes)"
-        if _is(text, "no"):
-            return "ok", "no page pending retirement"
-        return "na", "unexpected retired_pages.pending %r" % text
-    check, problem = _per_gpu("retired_pages", gpus, retired)
-    add(check, reason=problem and "%s: reset the GPU (or reboot) to retire them" % problem)
-
-    def remapped(gpu):
-        pending, why_pending = _health(gpu, "remapped_rows.pending", unknown)
-        failure, why_failure = _health(gpu, "remapped_rows.failure", unknown)
-        bad = []
-        if _is(pending, "yes"):
-            bad.append("row remapping pending (remapped_rows.pending=Yes)")
-        if _is(failure, "yes"):
-            bad.append("row remapping failed (remapped_rows.failure=Yes)")
-        if bad:
-            return "bad", ", ".join(bad)
-        if pending is None or failure is None:
-            return "na", why_pending or why_failure
-        if _is(pending, "no") and _is(failure, "no"):
-            return "ok", "no row remapping pending or failed"
-        return "na", "unexpected remapped_rows pending %r failure %r" % (pending, failure)
-    check, problem = _per_gpu("remapped_rows", gpus, remapped)
-    add(check, reason=problem and "%s: reset the GPU to apply a pending remap; a failed remap needs the GPU "
-        "replaced" % problem)
-
-    def no_fabric_manager():
-        return {"unit": FABRIC_MANAGER_UNIT, "read": False, "error": "no fabric manager reader was given"}
-    fabric_checks, fabric_reasons, fabric_warnings = _fabric_checks(
-        gpus, unknown, links, require_fabric, fabric_manager or no_fabric_manager)
-    checks.extend(fabric_checks)
-    reasons.extend(fabric_reasons)
-    warnings.extend(fabric_warnings)
-    return {"status": "fail" if reasons else "pass", "reasons": reasons, "found": found, "checks": checks,
-            "warnings": warnings}
-
-
-def collect(nvidia_smi="nvidia-smi", expected_count=None, expected_capability="", min_driver=0,
-            torch_python=None, probe_timeout=300, runner=None, require_fabric="auto", require_persistence=True,
-            allow_mig=False, max_uncorrected_ecc=0, systemctl="systemctl", fabric_manager_unit=FABRIC_MANAGER_UNIT):
-    """Everything gpu_facts returns. expected_count None = no gate at all (facts only)."""
-    runner = runner or default_runner
-    smi = read_nvidia_smi(nvidia_smi, runner)
-    gpus = smi["gpus"]
-    if smi["links"]:
-        profile, reason = suggest_profile(smi["links"])
-    else:
-        profile, reason = "", "no topology read" if not gpus else "no GPU-to-GPU links"
-    driver = gpus[0]["driver_version"] if gpus else None
-    facts = {
-        "nvidia_smi_present": smi["present"],
-        "nvidia_smi_error": smi["error"],
-        "gpu_count": len(gpus),
-        "gpus": gpus,
-        "driver_version": driver,
-        "driver_major": driver_major(driver),
-        "compute_capabilities": sorted({g["compute_capability"] for g in gpus if g["compute_capability"]}),
-        "interconnect": smi["links"]["interconnect"] if smi["links"] else "none",
-        "links": smi["links"],
-        "topology": smi["topology"],
-        "suggested_profile": profile,
-        "suggested_profile_reason": reason,
-        "unknown_query_fields": smi["unknown_fields"],
-        "fabric_manager": None,
-        "raw": smi["raw"],
-    }
-    result = {"gpu_facts": facts, "gate": None, "torch_probe": None}
-    if expected_count is not None:
-        read = {}
-
-        def fabric_manager():
-            if "unit" not in read:
-                read.update(read_fabric_manager(systemctl, fabric_manager_unit, runner))
-            return read
-        result["gate"] = evaluate_gate(
-            gpus, smi["error"], expected_count, expected_capability, min_driver, links=smi["links"],
-            unknown_fields=smi["unknown_fields"], require_fabric=require_fabric,
-            require_persistence=require_persistence, allow_mig=allow_mig, max_uncorrected_ecc=max_uncorrected_ecc,
-            fabric_manager=fabric_manager)
-        facts["fabric_manager"] = dict(read) if read else None
-    if torch_python:
-        result["torch_probe"] = run_torch_probe(torch_python, runner, probe_timeout)
-    return result

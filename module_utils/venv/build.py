@@ -1,4 +1,5 @@
-"""Build a venv from the flavour's full lock (+ local packages) and a patch series, into the stage.
+"""Build a venv from the flavour's full lock (+ local packages, or the clone route's checkout) and a patch series,
+into the stage; decide first whether a build is needed at all.
 
 The lock (module_utils/venv/lock.py; roles/venv/files/locks/<flavour>.txt) names every package with one exact version
 and the sha256 of every file pip may choose. It is checked before anything is made (a line without hashes or not
@@ -7,65 +8,39 @@ nothing outside it enters, nothing is built. Local packages and the clone route'
 --no-build-isolation``: their build backend and dependencies must be in the lock (checked first where the host's
 python has tomllib, then ``pip check`` proves every installed distribution's requirements are met).
 
-The venv's scripts carry its absolute path in their shebangs, so it must be built AT the live path. To keep
-the live venv untouched until the swap, every build step runs in a private mount namespace where the stage
-directory is bind-mounted over the live path (``unshare --mount``): inside, pip sees /opt/sglang/venv; the
-bytes land in <parent>/.venv.stage. Nothing outside the namespace sees the half-built venv.
+Every build step runs in the private mount namespace of module_utils/venv/namespace.py (the stage bind-mounted over
+the live path: the venv is built AT the live path, the live venv is untouched until the swap).
 
 Whether a build is needed at all: the recipe hash (flavour, python, the lock's canonical form, the install mode,
-local package trees, patch series) is stored in the provenance fact with the content hash of the venv it produced.
-Same recipe and the live venv still has that content hash -> nothing to do. A changed file in the live venv (content
-hash differs) or a changed recipe -> rebuild.
+local package trees, patch series, flag schema module, clone source) is stored in the provenance fact
+(module_utils/venv/provenance.py) with the content hash of the venv it produced. Same recipe and the live venv still
+has that content hash -> nothing to do. A changed file in the live venv (content hash differs) or a changed recipe ->
+rebuild.
 
-The flag schema of the venv (``<venv>/sglang-flag-schema.json``) is extracted at build time from the venv's own
-argparse parser, after the patch series (module_utils/sglang/schema_extract.py, run by the stage's python), so it is
-venv content: in the manifest and the content hash, streamed with the venv, and always that venv's own flags.
-
-The clone route (``clone_repo`` given) builds from the operator's SGLang fork at a pinned commit instead of a patch
-series on the pinned base: the host fetches exactly that commit into ``clone_dir`` (``git fetch --depth 1 <url>
-<sha>``; when the server refuses a fetch by sha, e.g. git's dumb HTTP protocol, a full fetch of its branches and tags),
-checks ``git rev-parse HEAD`` is the pin, and pip installs ``<checkout>/<clone_subdir>`` after the flavour's lock
-(and local packages). The fork carries its own patches: no patch series applies in this route. The
-commit, the subdir and the repository URL without credentials are part of the recipe, so another commit rebuilds and
-the same one is a no-op that fetches nothing.
+The last step extracts the venv's flag schema (module_utils/venv/flag_schema.py). The clone route's inputs, fetch and
+recipe part are module_utils/venv/clone.py's.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import inspect
 import json
 import os
-import re
-import shutil
 import subprocess
-import tempfile
-from urllib.parse import urlsplit, urlunsplit
 
-from ansible.module_utils.venv.manifest import (ManifestError, is_venv, read_digest, read_json, scan, summary,
-                                                write_digest)
+from ansible.module_utils.venv.build_error import BuildError
+from ansible.module_utils.venv.clone import CLONE_TIMEOUT, check_clone_inputs, clone_part, fetch_commit
+from ansible.module_utils.venv.flag_schema import extract_flag_schema, extractor
+from ansible.module_utils.venv.manifest import ManifestError, is_venv, read_json, scan, summary
+from ansible.module_utils.venv.namespace import in_namespace
 from ansible.module_utils.venv.patch import PatchError, apply_series, read_series, series_hash, site_packages
 from ansible.module_utils.venv.stage import StageError, paths, recover
 from ansible.module_utils.venv import lock as venv_lock
 
 SKIP_IN_TREE_HASH = ("__pycache__", "build", "dist", ".git", ".pytest_cache")
-# The venv's flag schema, written into the venv itself (part of its content) by the "flag_schema" build step.
-FLAG_SCHEMA_NAME = "sglang-flag-schema.json"
-FLAG_SCHEMA_TIMEOUT = 300  # seconds: importing a real server_args (torch, transformers) takes 10-60 s cold
-# The clone route's pin: a full commit sha (a branch or tag name moves, a short sha may become ambiguous).
-CLONE_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-# Transports a clone URL may use: https/http/git/ssh URLs, file:// URLs, absolute paths, scp-like user@host:path.
-CLONE_URL_RE = re.compile(r"^((https?|git|ssh|file)://[^\s]+|/[^\s]*|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+)$")
-GIT_PROTOCOLS = "file:git:http:https:ssh"  # GIT_ALLOW_PROTOCOL: never ext:: or fd:: (not even through redirects)
-CLONE_TIMEOUT = 1800  # seconds per git step: a full fetch of SGLang's history moves a few hundred MB
 # How the lock and what follows it are installed (part of the recipe: another install mode is another venv).
 LOCK_PIP_ARGS = ("--require-hashes", "--no-deps", "--only-binary", ":all:")
 LOCAL_PIP_ARGS = ("--no-deps", "--no-build-isolation")
 INSTALL_MODE = "lock: " + " ".join(LOCK_PIP_ARGS) + "; local, clone: " + " ".join(LOCAL_PIP_ARGS) + "; pip check"
-
-
-class BuildError(Exception):
-    """A build step failed; carries the command and its output tail."""
 
 
 def tree_hash(root: str) -> str:
@@ -92,62 +67,6 @@ def python_version(python: str) -> str:
     return out.stdout.strip()
 
 
-def _extractor():
-    """The schema extractor module (ansible.module_utils.* inside a module payload, module_utils.* in the repo).
-    Imported lazily: its import empties CUDA_VISIBLE_DEVICES in the importing process, undone here."""
-    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-    try:
-        from ansible.module_utils.sglang import schema_extract as mod
-    finally:
-        if saved is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = saved
-    return mod
-
-
-def extractor_source() -> str:
-    """Source text of module_utils/sglang/schema_extract.py, also from inside an AnsiballZ payload (zipimport)."""
-    try:
-        return inspect.getsource(_extractor())
-    except (OSError, TypeError, ImportError) as exc:
-        raise BuildError(f"cannot read the flag schema extractor's source: {exc}") from exc
-
-
-def strip_credentials(url: str) -> str:
-    """The repository URL as recorded (recipe, provenance fact, messages): no password, and for http(s) no user
-    either (a token is often passed as the user name). ssh and scp-like users are kept (not secrets)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if not parts.scheme or "@" not in parts.netloc:
-        return url
-    userinfo, host = parts.netloc.rsplit("@", 1)
-    user = userinfo.split(":", 1)[0]
-    netloc = host if parts.scheme in ("http", "https") or not user else f"{user}@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-def check_clone_inputs(repo: str, commit: str, subdir: str) -> None:
-    """The clone route's inputs, checked before anything is made: a URL git may fetch from, a pinned commit (a
-    full sha, never a branch name), a relative subdir inside the checkout."""
-    if not CLONE_URL_RE.match(repo or ""):
-        raise BuildError(f"clone_repo {strip_credentials(repo)!r} is not a git URL (https/http/git/ssh/file URL, an "
-                         "absolute path or user@host:path)")
-    if not CLONE_COMMIT_RE.match(commit or ""):
-        raise BuildError(f"clone_commit {commit!r} is not a pinned commit: give the full 40-hex sha (a branch or tag "
-                         "name moves, so it pins nothing)")
-    if subdir and (os.path.isabs(subdir) or os.path.normpath(subdir) != subdir.rstrip("/")
-                   or ".." in subdir.split("/")):
-        raise BuildError(f"clone_subdir {subdir!r} must be a normalised path inside the checkout (\"\" = its root)")
-
-
-def clone_part(repo: str, commit: str, subdir: str) -> dict:
-    """The recipe's record of a clone route build (credentials stripped from the URL)."""
-    return {"repo": strip_credentials(repo), "commit": commit, "subdir": subdir}
-
-
 def read_lock(lock: str) -> dict:
     """The parsed lock; BuildError naming the first line pip's hash-checking mode would refuse."""
     try:
@@ -172,7 +91,7 @@ def recipe(flavour: str, python: str, lock: str, local_packages: list[str], patc
         "pip_args": list(pip_args),
     }
     if schema_module:  # absent when no schema is extracted: such a recipe hashes as it did before the step existed
-        parts["flag_schema"] = {"module": schema_module, "format": _extractor().SCHEMA_FORMAT}
+        parts["flag_schema"] = {"module": schema_module, "format": extractor().SCHEMA_FORMAT}
     if clone:  # absent on the pypi route: its recipes hash as they did before the clone route existed
         parts["clone"] = {k: clone[k] for k in ("repo", "commit", "subdir")}
     parts["recipe_hash"] = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
@@ -194,13 +113,6 @@ def up_to_date(live: str, fact_path: str, recipe_hash: str) -> tuple[bool, str, 
     return True, "live venv matches the recipe and its recorded content hash", info
 
 
-def in_namespace(stage: str, live: str, argv: list[str]) -> list[str]:
-    """argv that runs `argv` with stage bind-mounted over live in a private mount namespace."""
-    script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
-    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", stage, live,
-            *argv]
-
-
 def _run(argv: list[str], env: dict, what: str, timeout: int) -> str:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=timeout)
@@ -210,124 +122,6 @@ def _run(argv: list[str], env: dict, what: str, timeout: int) -> str:
         tail = (out.stdout + out.stderr).strip()[-3000:]
         raise BuildError(f"{what} failed (rc={out.returncode}): {' '.join(argv)}\n{tail}")
     return out.stdout
-
-
-def _redact(text: str, repo: str) -> str:
-    return text.replace(repo, strip_credentials(repo)) if repo else text
-
-
-def _git(args: list[str], env: dict, timeout: int, repo: str = "") -> subprocess.CompletedProcess:
-    argv = ["git", *args]
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise BuildError(_redact(f"git {' '.join(args)}: timed out after {timeout}s", repo)) from exc
-
-
-def _git_head(dest: str, env: dict) -> str:
-    out = _git(["-C", dest, "rev-parse", "HEAD"], env, 60)
-    return out.stdout.strip() if out.returncode == 0 else ""
-
-
-def fetch_commit(repo: str, commit: str, dest: str, env: dict | None = None, timeout: int = CLONE_TIMEOUT) -> dict:
-    """Check out exactly `commit` of `repo` into a fresh `dest` (removed first): git init, a depth-1 fetch of
-    the sha and a checkout of FETCH_HEAD; when the server refuses that (dumb HTTP has no shallow fetch, older or
-    stricter servers refuse unadvertised shas) a full fetch of its branches and tags, then a checkout of the sha.
-    The URL is given on the command line, never stored in the checkout's config. Returns
-    {"commit", "fetch": "depth1"|"full", "dir"}; BuildError when the commit is not there or HEAD is not the pin."""
-    if shutil.which("git", path=(env or os.environ).get("PATH")) is None:
-        raise BuildError("git is not installed on the host (the clone route needs it: add git to venv_apt_packages)")
-    shown = strip_credentials(repo)
-    env = dict(os.environ if env is None else env, GIT_TERMINAL_PROMPT="0", GIT_ALLOW_PROTOCOL=GIT_PROTOCOLS,
-               LC_ALL="C")
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
-    if os.path.lexists(dest):
-        shutil.rmtree(dest)
-    os.makedirs(dest, mode=0o755)
-    init = _git(["init", "-q", dest], env, 60)
-    if init.returncode != 0:
-        raise BuildError(f"git init {dest} failed: {init.stderr.strip()[-1000:]}")
-    git = ["-C", dest, "-c", "advice.detachedHead=false"]
-    shallow = _git([*git, "fetch", "--quiet", "--no-tags", "--depth", "1", repo, commit], env, timeout, repo)
-    if shallow.returncode == 0:
-        method, target = "depth1", "FETCH_HEAD"
-    else:
-        refused = _redact(shallow.stderr.strip()[-600:], repo)
-        full = _git([*git, "fetch", "--quiet", "--no-tags", repo, "+refs/heads/*:refs/remotes/origin/*",
-                     "+refs/tags/*:refs/tags/*"], env, timeout, repo)
-        if full.returncode != 0:
-            raise BuildError(f"cannot fetch from {shown}: fetch by sha: {refused}; full fetch: "
-                             f"{_redact(full.stderr.strip()[-1000:], repo)}")
-        if _git([*git, "cat-file", "-e", f"{commit}^{{commit}}"], env, 60).returncode != 0:
-            raise BuildError(f"commit {commit} is not in {shown}: the server refused it by sha ({refused}) and no "
-                             "branch or tag there contains it")
-        method, target = "full", commit
-    checkout = _git([*git, "checkout", "-q", "--detach", target], env, timeout)
-    if checkout.returncode != 0:
-        raise BuildError(f"git checkout {commit} in {dest} failed: {checkout.stderr.strip()[-1000:]}")
-    head = _git_head(dest, env)
-    if head != commit:
-        raise BuildError(f"the checkout of {shown} is at {head or '(no HEAD)'}, not the pinned commit {commit}")
-    with contextlib.suppress(OSError):
-        os.unlink(os.path.join(dest, ".git", "FETCH_HEAD"))
-    return {"commit": head, "fetch": method, "dir": dest}
-
-
-def read_flag_schema(path: str) -> dict:
-    """sha256, sglang_version and option count of a flag schema file; {} when there is none (or it cannot be
-    read). An unparsable file gives its sha256 and an empty version: the role's verify step names what is wrong."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:  # none there (or not a readable file): verify names it
-        return {}
-    info = {"sha256": hashlib.sha256(data).hexdigest(), "sglang_version": "", "options": 0}
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return info
-    if isinstance(doc, dict):
-        info["sglang_version"] = str(doc.get("sglang_version") or "")
-        info["options"] = len(doc.get("options") or {}) if isinstance(doc.get("options"), dict) else 0
-    return info
-
-
-def extract_flag_schema(stage: str, live: str, schema_module: str, env: dict,
-                        timeout: int = FLAG_SCHEMA_TIMEOUT) -> dict:
-    """Write <venv>/sglang-flag-schema.json from the venv's own parser. Runs the stage's python in the namespace
-    (it sees itself at the live path, as it will run) on the extractor's source, copied to a private temp file:
-    -I (no user site, no PYTHON* variables, not the cwd) and -B (no byte-code in the venv)."""
-    source = extractor_source()
-    tmp = tempfile.mkdtemp(prefix="sglang-schema-extract.")
-    try:
-        script = os.path.join(tmp, "sglang_schema_extract.py")
-        with open(script, "w", encoding="utf-8") as fh:
-            fh.write(source)
-        os.chmod(tmp, 0o755)  # readable by the namespace's python, whatever umask the module runs under
-        os.chmod(script, 0o644)
-        argv = [os.path.join(live, "bin", "python"), "-I", "-B", script, "--module", schema_module,
-                "--out", os.path.join(live, FLAG_SCHEMA_NAME)]
-        run_env = dict(env, CUDA_VISIBLE_DEVICES="")  # the extractor never sees a GPU
-        full = in_namespace(stage, live, argv)
-        try:
-            out = subprocess.run(full, capture_output=True, text=True, check=False, env=run_env, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            partial = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            raise BuildError(f"flag schema: extracting {schema_module} timed out after {timeout}s\n"
-                             f"{partial.strip()[-3000:]}".rstrip()) from exc
-        if out.returncode != 0:
-            tail = (out.stderr or out.stdout).strip()[-3000:]
-            raise BuildError(f"flag schema: extracting the parser of {schema_module} from the venv failed "
-                             f"(rc={out.returncode}):\n{tail}")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    target = os.path.join(stage, FLAG_SCHEMA_NAME)
-    info = read_flag_schema(target)
-    if not info.get("options") or not info.get("sglang_version"):
-        raise BuildError(f"flag schema: {schema_module} gave no usable schema ({target}: {info or 'missing'})")
-    os.chmod(target, 0o644)
-    return dict(info, module=schema_module, path=os.path.join(live, FLAG_SCHEMA_NAME))
 
 
 def build(live: str, python: str, lock: str, local_packages: list[str], patch_dir: str,
@@ -395,38 +189,6 @@ def build(live: str, python: str, lock: str, local_packages: list[str], patch_di
                 pass
         raise
     return {"stage": p["stage"], "steps": steps, "patches_applied": patched["applied"], "flag_schema": schema}
-
-
-def venv_versions(venv: str, dist: str, module: str) -> dict:
-    """python and SGLang (dist) versions as the venv itself reports them."""
-    code = ("import json, platform, sys, importlib\n"
-            "v = ''\n"
-            "try:\n    from importlib.metadata import version\n    v = version(sys.argv[1])\n"
-            "except Exception:\n"
-            "    try:\n        v = getattr(importlib.import_module(sys.argv[2]), '__version__', '')\n"
-            "    except Exception:\n        v = ''\n"
-            "print(json.dumps({'python_version': platform.python_version(), 'sglang_version': v}))\n")
-    out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", code, dist, module], capture_output=True,
-                         text=True, check=False, timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
-    if out.returncode != 0:
-        raise BuildError(f"{venv}/bin/python cannot report its versions: {out.stderr.strip()[-1000:]}")
-    return json.loads(out.stdout)
-
-
-def write_fact(fact_path: str, data: dict, check_mode: bool = False) -> bool:
-    """Write the provenance fact (JSON) when its content differs; atomic (temp + rename). Returns changed."""
-    if read_json(fact_path) == data:
-        return False
-    if check_mode:
-        return True
-    os.makedirs(os.path.dirname(fact_path), mode=0o755, exist_ok=True)
-    tmp = f"{fact_path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, fact_path)
-    return True
 
 
 def check_against_lock(parsed: dict, trees: list[str], others: list[str]) -> None:
@@ -505,26 +267,3 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
         return result
     except (PatchError, ManifestError, StageError, venv_lock.LockError, OSError) as exc:
         raise BuildError(str(exc)) from exc
-
-
-def provenance(path: str, fact_path: str, content_hash: str, fields: dict, sglang_dist: str,
-               sglang_module: str, check_mode: bool = False) -> tuple[bool, dict]:
-    """Write the provenance fact of the live venv; (changed, fact). flag_schema_sha256 and
-    flag_schema_sglang_version are read from the live venv's own schema file ("" when it has none), so a streamed
-    venv records the schema it received."""
-    if not is_venv(path):
-        if check_mode:  # a first run in check mode has no venv yet: report what would be written
-            return True, dict(fields, content_hash=content_hash)
-        raise BuildError(f"no venv at {path}")
-    fact = dict(fields)
-    fact.update(venv_versions(path, sglang_dist, sglang_module))
-    schema = read_flag_schema(os.path.join(path, FLAG_SCHEMA_NAME))
-    fact.update({"content_hash": content_hash, "path": path, "flag_schema_sha256": schema.get("sha256", ""),
-                 "flag_schema_sglang_version": schema.get("sglang_version", "")})
-    try:
-        # a venv swapped in before digests were recorded gets its record here (the service unit needs it)
-        digest_changed = bool(content_hash) and (read_digest(path) != content_hash if check_mode
-                                                 else write_digest(path, content_hash))
-        return write_fact(fact_path, fact, check_mode) or digest_changed, fact
-    except OSError as exc:
-        raise BuildError(f"cannot write {fact_path} or the venv's digest: {exc}") from exc

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from ansible.module_utils.gpu import probe as gpu_probe
-from ansible.module_utils.gpu.probe import CHECK_NAMES, collect, evaluate_gate
+from ansible.module_utils.gpu.facts import collect
+from ansible.module_utils.gpu.gate import CHECK_NAMES, evaluate_gate
 from ansible.module_utils.gpu.nvidia_smi import GATE_FIELDS, HEALTH_FIELDS, parse_query_gpu
 
 ROOT = Path(__file__).resolve().parents[2]

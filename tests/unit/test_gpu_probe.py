@@ -1,4 +1,5 @@
-"""gpu_probe.collect() and the driver gate, with nvidia-smi replaced by captured or documented texts."""
+"""gpu facts (module_utils/gpu/facts.py collect(): the probe, then the gate) and the driver gate, with nvidia-smi
+replaced by captured or documented texts."""
 
 import importlib.util
 import json
@@ -7,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from ansible.module_utils.gpu import probe as gpu_probe
-from ansible.module_utils.gpu.probe import collect, evaluate_gate
+from ansible.module_utils.gpu import probe_script
+from ansible.module_utils.gpu.facts import collect
+from ansible.module_utils.gpu.gate import evaluate_gate
 from ansible.module_utils.gpu.nvidia_smi import GATE_FIELDS, HEALTH_FIELDS, parse_query_gpu
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
@@ -147,9 +150,26 @@ def test_gate_on_real_capture_equals_recorded(smi, tmp_path, monkeypatch):
 
 
 def test_torch_probe_script_compiles_and_reports_missing_python(tmp_path):
-    compile(gpu_probe.TORCH_PROBE_SCRIPT, "torch_probe.py", "exec")
+    compile(gpu_probe.probe_script_source(), "torch_probe.py", "exec")
     rep = gpu_probe.run_torch_probe(str(tmp_path / "nope" / "python"), gpu_probe.default_runner)
     assert rep["ok"] is False and "does not exist" in rep["error"]
+
+
+def test_torch_probe_script_is_the_standalone_file_and_imports_only_stdlib_and_torch():
+    """What is shipped to the host is probe_script.py's own text; it runs with the venv's python, so it imports
+    nothing of ours (only the standard library and torch)."""
+    import ast
+    import sys
+    path = Path(probe_script.__file__)
+    assert gpu_probe.probe_script_source() == path.read_text()
+    tops = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            tops.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            tops.add((node.module or "").split(".")[0])
+    assert "torch" in tops
+    assert tops - {"torch"} <= set(sys.stdlib_module_names), tops
 
 
 def test_torch_probe_without_torch_reports_error_not_crash():

@@ -258,7 +258,8 @@ def test_query_gpus_without_nvidia_smi_or_with_one_that_fails(tmp_path):
 # it, never grow it: whoever needs the GPU list calls query_gpus (compile_cache/host.py does).
 ARGV_BUILDERS = {
     "gpu/probe.py": "the driver gate's GATE_FIELDS query, asked again without a field the driver does not know, and "
-                    "topo -m, through the gate's runner (its tests feed recordings); every argument is nvidia_smi.py's "
+                    "topo -m, through the probe's runner (its tests feed recordings); every argument is "
+                    "nvidia_smi.py's "
                     "(query_args, TOPO_ARGS)",
     "sglang/preflight.py": "read_gpus runs QUERY_ARGS itself: the same query as query_gpus, left to sglang/'s owner",
     "loadgen/provenance.py": "its own --query-gpu=driver_version,name argv, from before nvidia_smi.py was the one "

@@ -1,6 +1,7 @@
-"""ansible.module_utils.venv.build: recipe, up-to-date decision, provenance fact, and a real offline build into the
-stage through a private mount namespace (no network: a hand-made wheel in a lock with its sha256, PIP_NO_INDEX, pip's
-hash-checking mode). Local source trees need the index (setuptools/wheel) and
+"""ansible.module_utils.venv.build (recipe, up-to-date decision, build) with its clone route (venv.clone), flag schema
+(venv.flag_schema) and provenance fact (venv.provenance); the build is a real offline one into the stage through a
+private mount namespace (no network: a hand-made wheel in a lock with its sha256, PIP_NO_INDEX, pip's hash-checking
+mode). Local source trees need the index (setuptools/wheel) and
 are covered by the lab integration test, except the SGLang stand-in (its stdlib build backend needs nothing): the
 flag schema step is tested on a venv holding it, with the lab series' parser patch."""
 import hashlib
@@ -14,6 +15,12 @@ from pathlib import Path
 import pytest
 
 from ansible.module_utils.venv import build as vb
+from ansible.module_utils.venv import clone as vc
+from ansible.module_utils.venv import flag_schema as fs
+from ansible.module_utils.venv import namespace as vns
+from ansible.module_utils.venv import patch as vpatch
+from ansible.module_utils.venv import provenance as vp
+from ansible.module_utils.venv.build_error import BuildError
 from ansible.module_utils.venv import bytecode as vbc
 from ansible.module_utils.venv import manifest as vm
 from ansible.module_utils.venv import stage as vs
@@ -94,7 +101,7 @@ def test_recipe_hash_tracks_every_input(tmp_path):
     ]
     (pkg / "tinypkg/__init__.py").write_text("__version__ = '1.1'\n")
     variants.append(vb.recipe("lab", sys.executable, str(req), [str(pkg)], str(patches), [], []))
-    names = vb.read_series(str(LAB_SERIES))
+    names = vpatch.read_series(str(LAB_SERIES))
     variants.append(vb.recipe("lab", sys.executable, str(req), [str(pkg)], str(LAB_SERIES), names, []))
     assert len({v["recipe_hash"] for v in variants} | {base["recipe_hash"]}) == 6
 
@@ -108,38 +115,38 @@ def test_recipe_hash_changes_with_schema_module(tmp_path):
     standin = vb.recipe(*args, schema_module="sglang_standin.server_args")
     assert len({none["recipe_hash"], real["recipe_hash"], standin["recipe_hash"]}) == 3
     assert standin["flag_schema"] == {"module": "sglang_standin.server_args",
-                                      "format": vb._extractor().SCHEMA_FORMAT}
+                                      "format": fs.extractor().SCHEMA_FORMAT}
     assert "flag_schema" not in none
 
 
 def test_extractor_source_is_the_module_and_its_import_leaves_cuda_env_alone(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     monkeypatch.delitem(sys.modules, "ansible.module_utils.sglang.schema_extract", raising=False)
-    src = vb.extractor_source()
+    src = fs.extractor_source()
     assert src == (ROOT / "module_utils/sglang/schema_extract.py").read_text()
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"  # the extractor empties it at import: undone here
 
 
 def test_read_flag_schema(tmp_path):
-    assert vb.read_flag_schema(str(tmp_path / "none.json")) == {}
+    assert fs.read_flag_schema(str(tmp_path / "none.json")) == {}
     (tmp_path / "bad.json").write_text("{not json")
-    bad = vb.read_flag_schema(str(tmp_path / "bad.json"))
+    bad = fs.read_flag_schema(str(tmp_path / "bad.json"))
     assert bad["sglang_version"] == "" and len(bad["sha256"]) == 64
     (tmp_path / "ok.json").write_text('{"sglang_version": "0.5.11", "options": {"a": {}, "b": {}}}')
-    assert vb.read_flag_schema(str(tmp_path / "ok.json"))["options"] == 2
+    assert fs.read_flag_schema(str(tmp_path / "ok.json"))["options"] == 2
 
 
 def test_write_fact_is_idempotent_and_atomic(tmp_path):
     fact = tmp_path / "facts.d/sglang_venv.fact"
-    assert vb.write_fact(str(fact), {"a": 1}, check_mode=True) and not fact.exists()
-    assert vb.write_fact(str(fact), {"a": 1})
+    assert vp.write_fact(str(fact), {"a": 1}, check_mode=True) and not fact.exists()
+    assert vp.write_fact(str(fact), {"a": 1})
     assert json.loads(fact.read_text()) == {"a": 1} and oct(fact.stat().st_mode & 0o777) == oct(0o644)
-    assert not vb.write_fact(str(fact), {"a": 1})
-    assert vb.write_fact(str(fact), {"a": 2})
+    assert not vp.write_fact(str(fact), {"a": 1})
+    assert vp.write_fact(str(fact), {"a": 2})
 
 
 def test_in_namespace_argv():
-    argv = vb.in_namespace("/opt/sglang/.venv.stage", "/opt/sglang/venv", ["pip", "install"])
+    argv = vns.in_namespace("/opt/sglang/.venv.stage", "/opt/sglang/venv", ["pip", "install"])
     assert argv[:4] == ["unshare", "--mount", "--propagation", "private"]
     assert argv[-4:] == ["/opt/sglang/.venv.stage", "/opt/sglang/venv", "pip", "install"]
 
@@ -149,17 +156,17 @@ def test_bad_inputs_fail_before_anything_is_made(tmp_path):
     live = tmp_path / "opt/venv"
     common = dict(path=str(live), python=sys.executable, flavour="lab", pip_args=[], import_names=[],
                   fact_path=str(tmp_path / "f.fact"))
-    with pytest.raises(vb.BuildError, match="lock file .* does not exist"):
+    with pytest.raises(BuildError, match="lock file .* does not exist"):
         vb.build_if_needed(lock=str(tmp_path / "none.txt"), local_packages=[], patch_dir=str(patches),
                            require_patches=False, **common)
-    with pytest.raises(vb.BuildError, match="without pyproject.toml"):
+    with pytest.raises(BuildError, match="without pyproject.toml"):
         vb.build_if_needed(lock=str(req), local_packages=[str(tmp_path)], patch_dir=str(patches),
                            require_patches=False, **common)
-    with pytest.raises(vb.BuildError, match="holds no patches"):  # the ddtree rule: an empty operator dir
+    with pytest.raises(BuildError, match="holds no patches"):  # the ddtree rule: an empty operator dir
         vb.build_if_needed(lock=str(req), local_packages=[], patch_dir=str(patches),
                            require_patches=True, **common)
     (patches / "series").write_text("0001-missing.patch\n")
-    with pytest.raises(vb.BuildError, match="missing patch file"):
+    with pytest.raises(BuildError, match="missing patch file"):
         vb.build_if_needed(lock=str(req), local_packages=[], patch_dir=str(patches),
                            require_patches=False, **common)
     assert not (tmp_path / "opt").exists()
@@ -185,7 +192,7 @@ def test_a_lock_line_pip_would_refuse_fails_the_build_naming_it_before_pip_runs(
     ran = []
     monkeypatch.setattr(vb, "_run", lambda *a, **k: ran.append(a))  # pip never runs
     live = tmp_path / "opt/venv"
-    with pytest.raises(vb.BuildError) as err:
+    with pytest.raises(BuildError) as err:
         vb.build_if_needed(path=str(live), python=sys.executable, flavour="lab", lock=str(req), local_packages=[],
                            patch_dir=str(patches), require_patches=False, pip_args=[], import_names=[],
                            fact_path=str(tmp_path / "f.fact"))
@@ -221,7 +228,7 @@ def test_a_local_package_needing_what_the_lock_lacks_is_refused_before_anything_
         'dependencies = ["requests>=2", "tomli; python_version < \'3.11\'"]\n')
     req.write_text(f"wheel==0.48.0 --hash={GOOD_HASH}\n")
     monkeypatch.setattr(vb, "_run", lambda *a, **k: pytest.fail("pip ran"))
-    with pytest.raises(vb.BuildError) as err:
+    with pytest.raises(BuildError) as err:
         vb.build_if_needed(path=str(tmp_path / "opt/venv"), python=sys.executable, flavour="lab", lock=str(req),
                            local_packages=[str(pkg)], patch_dir=str(patches), require_patches=False, pip_args=[],
                            import_names=[], fact_path=str(tmp_path / "f.fact"))
@@ -263,15 +270,15 @@ def test_offline_build_into_stage_then_swap_then_up_to_date(tmp_path, monkeypatc
     # no byte-code from the build itself (pip --no-compile): the commit compiled the stage, pip's modules included
     assert c["bytecode"]["compiled"] == c["bytecode"]["sources"] - c["bytecode"]["uncompilable_count"] > 100
     assert vbc.run(str(live), "check")["invalid"] == 0
-    assert vb.write_fact(str(fact), {"recipe_hash": r["recipe"]["recipe_hash"], "content_hash": c["digest"]})
-    site = vb.site_packages(str(live))
+    assert vp.write_fact(str(fact), {"recipe_hash": r["recipe"]["recipe_hash"], "content_hash": c["digest"]})
+    site = vpatch.site_packages(str(live))
     assert "PATCHED = True" in Path(site, "tinypkg/__init__.py").read_text()
     out = subprocess.run([str(live / "bin/python"), "-c", "import tinypkg; print(tinypkg.PATCHED)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
-    assert vb.venv_versions(str(live), "tinypkg", "tinypkg")["sglang_version"] == "1.0"
+    assert vp.venv_versions(str(live), "tinypkg", "tinypkg")["sglang_version"] == "1.0"
     assert "flag_schema" not in r["steps"] and r["flag_schema"] == {}  # schema_module "" (a venv without SGLang)
-    _, prov = vb.provenance(str(live), str(tmp_path / "p.fact"), c["digest"], {}, "tinypkg", "tinypkg")
+    _, prov = vp.provenance(str(live), str(tmp_path / "p.fact"), c["digest"], {}, "tinypkg", "tinypkg")
     assert prov["flag_schema_sha256"] == "" and prov["flag_schema_sglang_version"] == ""
     again = vb.build_if_needed(**kw)
     assert not again["built"] and "matches" in again["reason"] and again["recovered"] == []
@@ -290,7 +297,7 @@ def test_offline_build_into_stage_then_swap_then_up_to_date(tmp_path, monkeypatc
     wheel = next((tmp_path / "wheels").glob("tinypkg-*.whl"))
     lock_for(req, wheel, hashes={"tinypkg": "0" * 64})
     live_before = vm.summary(vm.scan(str(live)))["digest"]
-    with pytest.raises(vb.BuildError) as err:
+    with pytest.raises(BuildError) as err:
         vb.build_if_needed(**kw)
     assert "pip install --require-hashes (the lock) failed" in str(err.value)
     assert "DO NOT MATCH THE HASHES" in str(err.value) and "tinypkg==1.0" in str(err.value)
@@ -323,7 +330,7 @@ def test_build_writes_the_venvs_own_flag_schema_into_the_venv(tmp_path, monkeypa
     live = Path(kw["path"])
     stage = Path(r["stage"])
     assert not any(live.iterdir())  # nothing at the live path before the swap
-    data = (stage / vb.FLAG_SCHEMA_NAME).read_bytes()
+    data = (stage / fs.FLAG_SCHEMA_NAME).read_bytes()
     doc = json.loads(data)
     flags = {f for o in doc["options"].values() for f in o["flags"]}
     assert doc["sglang_version"] == "0.5.11" and doc["source"]["module"] == "sglang_standin.server_args"
@@ -333,20 +340,20 @@ def test_build_writes_the_venvs_own_flag_schema_into_the_venv(tmp_path, monkeypa
     committed = json.loads((ROOT / "schemas/sglang/0.5.11.json").read_text())
     assert "--speculative-ddtree-budget" not in {f for o in committed["options"].values() for f in o["flags"]}
     assert r["flag_schema"]["sha256"] == hashlib.sha256(data).hexdigest()
-    assert r["flag_schema"]["path"] == str(live / vb.FLAG_SCHEMA_NAME)
-    assert oct((stage / vb.FLAG_SCHEMA_NAME).stat().st_mode & 0o777) == oct(0o644)
+    assert r["flag_schema"]["path"] == str(live / fs.FLAG_SCHEMA_NAME)
+    assert oct((stage / fs.FLAG_SCHEMA_NAME).stat().st_mode & 0o777) == oct(0o644)
     assert not list(stage.rglob("sglang_schema_extract*"))  # the extractor itself is not left in the venv
 
     c = vs.commit(str(live))
-    assert vb.FLAG_SCHEMA_NAME in {e[0] for e in vm.scan(str(live))}  # in the manifest: in the content hash
+    assert fs.FLAG_SCHEMA_NAME in {e[0] for e in vm.scan(str(live))}  # in the manifest: in the content hash
     fact = tmp_path / "prov.fact"
-    changed, prov = vb.provenance(str(live), str(fact), c["digest"], {"recipe_hash": r["recipe"]["recipe_hash"]},
+    changed, prov = vp.provenance(str(live), str(fact), c["digest"], {"recipe_hash": r["recipe"]["recipe_hash"]},
                                   "sglang-standin", "sglang_standin")
     assert changed and prov["flag_schema_sha256"] == r["flag_schema"]["sha256"]
     assert prov["flag_schema_sglang_version"] == "0.5.11" and prov["sglang_version"] == "0.5.11.post0+standin"
     # a changed schema file is a changed venv: the content hash moves
     before = vm.summary(vm.scan(str(live)))["digest"]
-    (live / vb.FLAG_SCHEMA_NAME).write_bytes(data.replace(b'"0.5.11"', b'"0.5.23"', 1))
+    (live / fs.FLAG_SCHEMA_NAME).write_bytes(data.replace(b'"0.5.11"', b'"0.5.23"', 1))
     assert vm.summary(vm.scan(str(live)))["digest"] != before
 
 
@@ -358,42 +365,20 @@ def test_broken_schema_module_fails_the_build_with_its_stderr(tmp_path, monkeypa
     req = lock_for(tmp_path / "req.txt", wheel)
     (tmp_path / "p").mkdir()
     kw = _build_kw(tmp_path, req, import_names=["tinypkg"], schema_module="tinypkg.server_args")
-    with pytest.raises(vb.BuildError) as err:
+    with pytest.raises(BuildError) as err:
         vb.build_if_needed(**kw)
     msg = str(err.value)
     assert "flag schema" in msg and "tinypkg.server_args" in msg
     assert "RuntimeError: parser exploded: half-applied DDTREE patch" in msg  # the extractor's stderr tail
     live = Path(kw["path"])
-    assert not vm.is_venv(str(live)) and not (live / vb.FLAG_SCHEMA_NAME).exists()  # nothing swapped
+    assert not vm.is_venv(str(live)) and not (live / fs.FLAG_SCHEMA_NAME).exists()  # nothing swapped
     assert not os.path.exists(kw["fact_path"])
     # a module that is not there at all fails the same way
-    with pytest.raises(vb.BuildError, match="No module named 'tinypkg.nope'"):
+    with pytest.raises(BuildError, match="No module named 'tinypkg.nope'"):
         vb.build_if_needed(**dict(kw, schema_module="tinypkg.nope"))
 
 
 # ---------------------------------------------------------------- clone route (the operator's fork at a pinned commit)
-@pytest.fixture(scope="module")
-def fork(tmp_path_factory):
-    """The lab's stand-in fork (lab/gitfork.py: base on main, + the 0003 DDTree patch on ddtree), a local bare repo."""
-    if shutil.which("git") is None:
-        pytest.skip("needs git")
-    from lab import gitfork
-    return gitfork.build_repo(tmp_path_factory.mktemp("fork"))
-
-
-def _git_out(*args) -> str:
-    return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def test_strip_credentials():
-    assert vb.strip_credentials("https://user:tok@github.com/o/sglang.git") == "https://github.com/o/sglang.git"
-    assert vb.strip_credentials("https://ghp_token@github.com/o/sglang.git") == "https://github.com/o/sglang.git"
-    assert vb.strip_credentials("ssh://git:pw@host:2222/o/s.git") == "ssh://git@host:2222/o/s.git"
-    for same in ("ssh://git@host/o/s.git", "git@github.com:o/sglang.git", "file:///srv/fork.git", "/srv/fork.git",
-                 "http://10.213.0.1:8092/fork.git"):
-        assert vb.strip_credentials(same) == same
-
-
 @pytest.mark.parametrize("repo, commit, subdir, message", [
     ("https://github.com/o/sglang.git", "ddtree", "python", "'ddtree' is not a pinned commit"),
     ("https://github.com/o/sglang.git", "main", "python", "not a pinned commit"),
@@ -404,13 +389,14 @@ def test_strip_credentials():
     ("https://u:secret@github.com/o/s.git x", "0" * 40, "", "'https://github.com/o/s.git x' is not a git URL"),
     ("https://github.com/o/sglang.git", "0" * 40, "../python", "must be a normalised path inside the checkout"),
     ("https://github.com/o/sglang.git", "0" * 40, "/python", "must be a normalised path"),
+    ("https://github.com/o/sglang.git", "0" * 40, "python/", "'python/' must be a normalised path"),
 ])
 def test_clone_inputs_refused_before_anything_is_made(tmp_path, repo, commit, subdir, message):
-    with pytest.raises(vb.BuildError, match=message) as err:
-        vb.check_clone_inputs(repo, commit, subdir)
+    with pytest.raises(BuildError, match=message) as err:
+        vc.check_clone_inputs(repo, commit, subdir)
     assert "secret" not in str(err.value)
     req, _, patches = inputs(tmp_path)
-    with pytest.raises(vb.BuildError, match=message):
+    with pytest.raises(BuildError, match=message):
         vb.build_if_needed(path=str(tmp_path / "opt/venv"), python=sys.executable, flavour="ddtree",
                            lock=str(req), local_packages=[], patch_dir=str(patches), require_patches=False,
                            pip_args=[], import_names=[], fact_path=str(tmp_path / "f.fact"), clone_repo=repo,
@@ -424,74 +410,16 @@ def test_recipe_hash_tracks_the_clone_commit_repo_and_subdir(tmp_path):
     a, b = "a" * 40, "b" * 40
     pypi = vb.recipe(*args)
     assert "clone" not in pypi and vb.recipe(*args, clone=None)["recipe_hash"] == pypi["recipe_hash"]
-    one = vb.recipe(*args, clone=vb.clone_part("https://github.com/o/sglang.git", a, "python"))
+    one = vb.recipe(*args, clone=vc.clone_part("https://github.com/o/sglang.git", a, "python"))
     assert one["clone"] == {"repo": "https://github.com/o/sglang.git", "commit": a, "subdir": "python"}
-    same = vb.recipe(*args, clone=vb.clone_part("https://github.com/o/sglang.git", a, "python"))
-    token = vb.recipe(*args, clone=vb.clone_part("https://x:tok@github.com/o/sglang.git", a, "python"))
+    same = vb.recipe(*args, clone=vc.clone_part("https://github.com/o/sglang.git", a, "python"))
+    token = vb.recipe(*args, clone=vc.clone_part("https://x:tok@github.com/o/sglang.git", a, "python"))
     assert one["recipe_hash"] == same["recipe_hash"] == token["recipe_hash"]  # credentials are not the recipe
     assert "tok" not in json.dumps(token)
-    others = [vb.recipe(*args, clone=vb.clone_part("https://github.com/o/sglang.git", b, "python")),
-              vb.recipe(*args, clone=vb.clone_part("https://github.com/p/sglang.git", a, "python")),
-              vb.recipe(*args, clone=vb.clone_part("https://github.com/o/sglang.git", a, ""))]
+    others = [vb.recipe(*args, clone=vc.clone_part("https://github.com/o/sglang.git", b, "python")),
+              vb.recipe(*args, clone=vc.clone_part("https://github.com/p/sglang.git", a, "python")),
+              vb.recipe(*args, clone=vc.clone_part("https://github.com/o/sglang.git", a, ""))]
     assert len({r["recipe_hash"] for r in others} | {one["recipe_hash"], pypi["recipe_hash"]}) == 5
-
-
-def test_fetch_commit_depth1_from_a_file_url(fork, tmp_path):
-    url = f"file://{fork['path']}"
-    got = vb.fetch_commit(url, fork["commit"], str(tmp_path / "co"))
-    assert got == {"commit": fork["commit"], "fetch": "depth1", "dir": str(tmp_path / "co")}
-    assert (tmp_path / "co/sglang_standin/server_args_patch.py").is_file()  # the fork's DDTree patch
-    assert _git_out("-C", str(tmp_path / "co"), "rev-list", "--count", "HEAD") == "1"  # shallow: one commit
-    assert url not in (tmp_path / "co/.git/config").read_text()  # the URL is not stored in the checkout
-    # a fresh checkout every time: what the previous fetch or a build left there goes
-    (tmp_path / "co/stray").write_text("x")
-    base = vb.fetch_commit(fork["path"], fork["base_commit"], str(tmp_path / "co"))
-    assert base["commit"] == fork["base_commit"] and not (tmp_path / "co/stray").exists()
-    assert not (tmp_path / "co/sglang_standin/server_args_patch.py").exists()
-
-
-def test_fetch_commit_falls_back_to_a_full_fetch_over_dumb_http(fork, tmp_path):
-    """git's dumb HTTP protocol (a static server of the bare repo, as the lab serves it) has no shallow fetch."""
-    import threading
-    from lab import gitfork
-    server = gitfork.serve(str(Path(fork["path"]).parent), "127.0.0.1", 0)
-    server.server_activate()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/{gitfork.REPO_NAME}"
-        got = vb.fetch_commit(url, fork["commit"], str(tmp_path / "co"))
-        assert got["fetch"] == "full" and got["commit"] == fork["commit"]
-        # a commit that is not a branch tip: found in the full history
-        assert vb.fetch_commit(url, fork["base_commit"], str(tmp_path / "co2"))["commit"] == fork["base_commit"]
-        with pytest.raises(vb.BuildError, match="shallow.* no branch or tag there contains it") as err:
-            vb.fetch_commit(url.replace("http://", "http://user:s3cret@"), "1" * 40, str(tmp_path / "co3"))
-        assert "1" * 40 in str(err.value) and "s3cret" not in str(err.value)
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def test_fetch_commit_refuses_a_wrong_sha(fork, tmp_path):
-    with pytest.raises(vb.BuildError, match=f"commit {'2' * 40} is not in") as err:
-        vb.fetch_commit(fork["path"], "2" * 40, str(tmp_path / "co"))
-    assert fork["path"] in str(err.value)
-
-
-def test_fetch_commit_fails_when_head_is_not_the_pin(fork, tmp_path, monkeypatch):
-    monkeypatch.setattr(vb, "_git_head", lambda dest, env: fork["base_commit"])
-    with pytest.raises(vb.BuildError) as err:
-        vb.fetch_commit(fork["path"], fork["commit"], str(tmp_path / "co"))
-    assert f"is at {fork['base_commit']}, not the pinned commit {fork['commit']}" in str(err.value)
-
-
-def test_the_lab_fork_has_stable_commits(fork, tmp_path):
-    from lab import gitfork
-    again = gitfork.build_repo(tmp_path)
-    assert (again["commit"], again["base_commit"]) == (fork["commit"], fork["base_commit"])
-    assert _git_out("--git-dir", again["path"], "rev-parse", "ddtree", "main") == \
-        f"{fork['commit']}\n{fork['base_commit']}"
-    assert (Path(again["path"]) / "info/refs").is_file()  # ready for dumb HTTP
 
 
 @pytest.mark.skipif(not _can_unshare(), reason="needs root and mount namespaces")
@@ -512,13 +440,13 @@ def test_clone_route_builds_the_forks_commit_then_the_same_commit_is_a_noop(fork
     assert r["clone"] == {"repo": url, "commit": fork["commit"], "subdir": "", "fetched": True, "fetch": "depth1"}
     assert r["recipe"]["clone"] == {"repo": url, "commit": fork["commit"], "subdir": ""}
     assert r["patches_applied"] == []
-    doc = json.loads((Path(r["stage"]) / vb.FLAG_SCHEMA_NAME).read_text())
+    doc = json.loads((Path(r["stage"]) / fs.FLAG_SCHEMA_NAME).read_text())
     assert "--speculative-ddtree-budget" in {f for o in doc["options"].values() for f in o["flags"]}
     live = Path(kw["path"])
     c = vs.commit(str(live))
     fields = {"recipe_hash": r["recipe"]["recipe_hash"], "venv_source": "clone", "clone_repo": r["clone"]["repo"],
               "clone_commit": r["clone"]["commit"], "clone_subdir": r["clone"]["subdir"]}
-    changed, prov = vb.provenance(str(live), kw["fact_path"], c["digest"], fields, "sglang-standin", "sglang_standin")
+    changed, prov = vp.provenance(str(live), kw["fact_path"], c["digest"], fields, "sglang-standin", "sglang_standin")
     assert changed and prov["clone_commit"] == fork["commit"] and prov["venv_source"] == "clone"
     assert prov["sglang_version"] == "0.5.11.post0+standin" and prov["flag_schema_sglang_version"] == "0.5.11"
     # the same commit: a no-op that fetches nothing (the checkout is not touched)
@@ -534,6 +462,6 @@ def test_clone_route_builds_the_forks_commit_then_the_same_commit_is_a_noop(fork
     assert marker.exists() and not Path(vs.paths(str(live))["stage"]).exists()
     # no patch series in this route: the fork carries its patches
     shutil.copy(LAB_SERIES / DDTREE_PATCH, tmp_path / "p" / DDTREE_PATCH)
-    with pytest.raises(vb.BuildError, match="does not apply to it"):
+    with pytest.raises(BuildError, match="does not apply to it"):
         vb.build_if_needed(**dict(kw, clone_commit=fork["base_commit"]))
     assert marker.exists()

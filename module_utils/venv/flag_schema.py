@@ -1,0 +1,101 @@
+"""The venv's flag schema (``<venv>/sglang-flag-schema.json``): extracted at build time from the venv's own parser.
+
+The schema is extracted after the patch series from the venv's own argparse parser by
+module_utils/sglang/schema_extract.py, whose source is run by the stage's python inside the build's namespace
+(module_utils/venv/namespace.py), so it is venv content: in the manifest and the content hash, streamed with the venv,
+and always that venv's own flags. read_flag_schema is how the build and the provenance fact read it back.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from ansible.module_utils.venv.build_error import BuildError
+from ansible.module_utils.venv.namespace import in_namespace
+
+# The venv's flag schema, written into the venv itself (part of its content) by the "flag_schema" build step.
+FLAG_SCHEMA_NAME = "sglang-flag-schema.json"
+FLAG_SCHEMA_TIMEOUT = 300  # seconds: importing a real server_args (torch, transformers) takes 10-60 s cold
+
+
+def extractor():
+    """The schema extractor module (module_utils/sglang/schema_extract.py), imported lazily: its import empties
+    CUDA_VISIBLE_DEVICES in the importing process, undone here."""
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        from ansible.module_utils.sglang import schema_extract as mod
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
+    return mod
+
+
+def extractor_source() -> str:
+    """Source text of module_utils/sglang/schema_extract.py, also from inside an AnsiballZ payload (zipimport)."""
+    try:
+        return inspect.getsource(extractor())
+    except (OSError, TypeError, ImportError) as exc:
+        raise BuildError(f"cannot read the flag schema extractor's source: {exc}") from exc
+
+
+def read_flag_schema(path: str) -> dict:
+    """sha256, sglang_version and option count of a flag schema file; {} when there is none (or it cannot be
+    read). An unparsable file gives its sha256 and an empty version: the role's verify step names what is wrong."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:  # none there (or not a readable file): verify names it
+        return {}
+    info = {"sha256": hashlib.sha256(data).hexdigest(), "sglang_version": "", "options": 0}
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return info
+    if isinstance(doc, dict):
+        info["sglang_version"] = str(doc.get("sglang_version") or "")
+        info["options"] = len(doc.get("options") or {}) if isinstance(doc.get("options"), dict) else 0
+    return info
+
+
+def extract_flag_schema(stage: str, live: str, schema_module: str, env: dict,
+                        timeout: int = FLAG_SCHEMA_TIMEOUT) -> dict:
+    """Write <venv>/sglang-flag-schema.json from the venv's own parser. Runs the stage's python in the namespace
+    (it sees itself at the live path, as it will run) on the extractor's source, copied to a private temp file:
+    -I (no user site, no PYTHON* variables, not the cwd) and -B (no byte-code in the venv)."""
+    source = extractor_source()
+    tmp = tempfile.mkdtemp(prefix="sglang-schema-extract.")
+    try:
+        script = os.path.join(tmp, "sglang_schema_extract.py")
+        with open(script, "w", encoding="utf-8") as fh:
+            fh.write(source)
+        os.chmod(tmp, 0o755)  # readable by the namespace's python, whatever umask the module runs under
+        os.chmod(script, 0o644)
+        argv = [os.path.join(live, "bin", "python"), "-I", "-B", script, "--module", schema_module,
+                "--out", os.path.join(live, FLAG_SCHEMA_NAME)]
+        run_env = dict(env, CUDA_VISIBLE_DEVICES="")  # the extractor never sees a GPU
+        full = in_namespace(stage, live, argv)
+        try:
+            out = subprocess.run(full, capture_output=True, text=True, check=False, env=run_env, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            partial = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            raise BuildError(f"flag schema: extracting {schema_module} timed out after {timeout}s\n"
+                             f"{partial.strip()[-3000:]}".rstrip()) from exc
+        if out.returncode != 0:
+            tail = (out.stderr or out.stdout).strip()[-3000:]
+            raise BuildError(f"flag schema: extracting the parser of {schema_module} from the venv failed "
+                             f"(rc={out.returncode}):\n{tail}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    target = os.path.join(stage, FLAG_SCHEMA_NAME)
+    info = read_flag_schema(target)
+    if not info.get("options") or not info.get("sglang_version"):
+        raise BuildError(f"flag schema: {schema_module} gave no usable schema ({target}: {info or 'missing'})")
+    os.chmod(target, 0o644)
+    return dict(info, module=schema_module, path=os.path.join(live, FLAG_SCHEMA_NAME))
