@@ -34,7 +34,7 @@ import local_module_utils  # noqa: E402
 
 local_module_utils.install()
 from ansible.module_utils.loadgen import client as bench_client  # noqa: E402
-from ansible.module_utils.loadgen import matrix as bench_matrix  # noqa: E402
+from ansible.module_utils.loadgen.server import check_serving  # noqa: E402
 from ansible.module_utils.loadgen.transport import split_url  # noqa: E402
 
 STANDIN = ROOT / "lab" / "sglang_standin"
@@ -78,7 +78,7 @@ class StandIn:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"stand-in exited rc={self.proc.returncode}: {self.proc.stderr.read()[-500:]}")
-            reason = bench_matrix.check_serving(self.url, timeout=2)
+            reason = check_serving(self.url, timeout=2)
             if reason is None:
                 return self
             time.sleep(0.05)

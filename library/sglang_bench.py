@@ -221,7 +221,9 @@ output_path:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.loadgen.matrix import check_serving, check_workloads, run_matrix, validate_spec
+from ansible.module_utils.loadgen.matrix import run_matrix
+from ansible.module_utils.loadgen.server import check_serving
+from ansible.module_utils.loadgen.workloads import check_workloads, validate_spec
 from ansible.module_utils.loadgen.provenance import collect
 
 

@@ -67,7 +67,8 @@ gpus: {description: "GPU facts handed to the validation (name, compute_cap, memo
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang.preflight import NvidiaSmiParseError, check, device_facts, read_gpus
+from ansible.module_utils.gpu.nvidia_smi import NvidiaSmiError, NvidiaSmiParseError
+from ansible.module_utils.sglang.preflight import check, device_facts, read_gpus
 
 
 def main():
@@ -87,7 +88,7 @@ def main():
     env = {k: str(v) for k, v in p["environment"].items()}
     try:
         facts = device_facts(read_gpus(p["nvidia_smi"]), env.get("CUDA_VISIBLE_DEVICES"))
-    except (NvidiaSmiParseError, OSError) as exc:
+    except (NvidiaSmiError, NvidiaSmiParseError, OSError) as exc:
         module.fail_json(msg=f"could not read the GPU facts for the preflight (nothing was changed): {exc}")
     result = check(p["python"], p["parser_module"], p["argv"], facts=facts, with_api_key=p["with_api_key"],
                    timeout=p["timeout"], env=env)

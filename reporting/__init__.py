@@ -2,7 +2,7 @@
 
 `python -m reporting RUN_DIR [--slo-ttft-p99-ms X] [--slo-itl-p99-ms Y] [--group-vars-dir DIR] [--no-plots]` reads
 every *.jsonl under the run directory: rows with kind "cell" (one benchmark cell, written on the target by
-module_utils/loadgen/matrix.py and fetched; phase "soak" = a shrinking-batch soak cell, reported apart) and rows with
+module_utils/loadgen/rows.py and fetched; phase "soak" = a shrinking-batch soak cell, reported apart) and rows with
 kind "config" (one sweep config's outcome: ok, or failed with the step, reason and journal excerpt). It writes the
 report (speedup over the autoregressive baseline, the winner under the objective, disqualified configs, soak,
 acceptance) and proposal.yml (per host group: the winner and the group_vars fragment that deploys it).

@@ -2,11 +2,11 @@
 """The built-in load harness: one benchmark cell (workload x concurrency) against an SGLang server.
 
 Mirrors `python -m sglang.bench_serving` with request rate inf and --max-concurrency C: a warmup, then
-`num_prompts` requests driven by exactly C workers, every request streamed; metrics from
-bench_metrics.compute_metrics. Stdlib only.
+`num_prompts` requests driven by exactly C workers, every request streamed (transport.py, the one HTTP layer);
+metrics from metrics.compute_metrics. Stdlib only.
 
 A prompt is either a list of token ids (the random-ids workload: exact input length, output fixed by ignore_eos,
-throughput only) or a text item {"text", "messages"} (a prompt set or dataset rendered by bench_prompts: greedy, the
+throughput only) or a text item {"text", "messages"} (a prompt set or dataset rendered by prompts.py: greedy, the
 model may stop, so every config produces the same tokens).
 
 Backends (bench_serving's names): `sglang` = POST /generate (token ids or text; its final answer carries the

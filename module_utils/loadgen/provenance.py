@@ -2,14 +2,14 @@
 """Provenance of a benchmark, read on the target (stdlib only): what exactly was measured.
 
 collect() returns a flat dict put into every JSONL row:
-  driver            nvidia-smi's driver_version (or "none: <why>")
-  gpu               GPU names and count from nvidia-smi (or "none")
+  driver            nvidia-smi's driver_version (or "none: <why>"), through gpu/nvidia_smi.py (query_gpus)
+  gpu               GPU names and count from the same query (or "none")
   cuda              CUDA toolkit version from <cuda_home>/version.json (or "none: <why>")
   venv_*            the venv role's local fact /etc/ansible/facts.d/sglang_venv.fact when present:
                     venv_content_hash, sglang_version, patch_series_hash (and the fact's other keys, prefixed)
   model_revision    revision sha (and repo id) from the models role's <model dir>/.hf_model/manifest.json,
                     one entry per model path (target, drafter)
-  flags             the running service's full argv (secrets redacted), from /proc/<MainPID>/cmdline
+  flags             the running service's full argv (secrets redacted), from /proc/<MainPID>/cmdline (server.py)
 A missing source is recorded as such, never guessed.
 """
 from __future__ import annotations
@@ -18,26 +18,31 @@ import json
 import os
 import subprocess
 
-from ansible.module_utils.loadgen.matrix import service_argv
+from ansible.module_utils.gpu.nvidia_smi import BINARY, NvidiaSmiError, NvidiaSmiParseError, query_gpus
+from ansible.module_utils.loadgen.server import service_argv
 
 MANIFEST = os.path.join(".hf_model", "manifest.json")
 
 
-def nvidia_smi(run=subprocess.run):
-    """(driver, gpu) from nvidia-smi, or ("none: ...", "none")."""
+def nvidia_smi(run=subprocess.run, binary=BINARY):
+    """(driver, gpu) from gpu/nvidia_smi.py's query_gpus: the distinct driver versions joined with ",", and
+    "<count>x <the distinct GPU names joined with ','>"; ("none: <why>", "none") when nvidia-smi is absent, fails,
+    answers in another format or lists no GPU."""
     try:
-        proc = run(["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"],
-                   capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return "none: nvidia-smi not runnable (%s)" % exc.__class__.__name__, "none"
-    if proc.returncode != 0:
-        return "none: nvidia-smi rc=%d %s" % (proc.returncode, (proc.stderr or "").strip()[:200]), "none"
-    rows = [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
-    if not rows:
+        gpus = query_gpus(binary, run, timeout=30)
+    except NvidiaSmiError as exc:
+        if "rc" in exc.evidence:
+            return "none: nvidia-smi rc=%d %s" % (exc.evidence["rc"], exc.evidence.get("output", "")[:200]), "none"
+        return "none: nvidia-smi not runnable (%s)" % (exc.__context__ or exc).__class__.__name__, "none"
+    except NvidiaSmiParseError as exc:
+        return "none: nvidia-smi answered in another format (%s)" % str(exc)[:200], "none"
+    if gpus is None:
+        return "none: nvidia-smi not runnable (FileNotFoundError)", "none"
+    if not gpus:
         return "none: nvidia-smi listed no GPU", "none"
-    drivers = sorted({r[0] for r in rows})
-    names = sorted({r[1] for r in rows if len(r) > 1})
-    return ",".join(drivers), "%dx %s" % (len(rows), ",".join(names))
+    drivers = sorted({g["driver_version"] or "[N/A]" for g in gpus})
+    names = sorted({g["name"] or "[N/A]" for g in gpus})
+    return ",".join(drivers), "%dx %s" % (len(gpus), ",".join(names))
 
 
 def cuda_version(cuda_home):

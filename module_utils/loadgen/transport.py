@@ -8,6 +8,9 @@ Server-Sent Events split on blank lines). One HttpConnection per worker, kept al
 
 stream_post() calls on_event(payload_bytes, timestamp) for every `data:` line except `[DONE]`.
 Non-200 answers raise HttpError with the status and the start of the body (evidence, not a guess).
+
+Outside the timed phase, the blocking side of the bench's HTTP is here too: get_status() (the status a GET answers,
+for the serving check) and get_json() (/v1/models, /server_info), both without any proxy.
 """
 from __future__ import annotations
 
@@ -253,14 +256,28 @@ class HttpConnection:
         self.protocol = None
 
 
+def _opener():
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def get_status(base_url, path, timeout=5.0):
+    """Blocking GET's HTTP status, an error status included (404, 503 ...). OSError (URLError) or ValueError when
+    nothing answered."""
+    try:
+        with _opener().open(base_url.rstrip("/") + path, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code
+
+
 def get_json(base_url, path, timeout=5.0, api_key=None):
     """Blocking GET returning parsed JSON, or None on any error (used outside the timed phase)."""
     request = urllib.request.Request(base_url.rstrip("/") + path)
     if api_key:
         request.add_header("Authorization", "Bearer %s" % api_key)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(request, timeout=timeout) as response:
+        with _opener().open(request, timeout=timeout) as response:
             return json.loads(response.read().decode("utf-8"))
     except (OSError, ValueError, urllib.error.URLError):
         return None

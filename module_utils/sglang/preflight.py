@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 
-from ansible.module_utils.gpu.nvidia_smi import QUERY_ARGS, NvidiaSmiParseError, parse_query_gpu
+from ansible.module_utils.gpu.nvidia_smi import query_gpus
 
 OK_MARKER = "SGLANG_PREFLIGHT_ACCEPTED"
 # Placeholder put in place of the real key: the preflight checks the flag is accepted, never sees the secret.
@@ -82,13 +81,11 @@ print(MARK, flush=True)
 
 
 def read_gpus(nvidia_smi: str = "nvidia-smi", run=subprocess.run, timeout: float = 60) -> list[dict]:
-    """The host's GPUs from `nvidia-smi --query-gpu` (NVML: opens no CUDA context); [] on a host without one."""
-    if not shutil.which(nvidia_smi):
-        return []
-    proc = run([nvidia_smi, *QUERY_ARGS], capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise NvidiaSmiParseError(f"{nvidia_smi} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
-    return parse_query_gpu(proc.stdout)
+    """The host's GPUs from `nvidia-smi --query-gpu` (gpu/nvidia_smi.py's query_gpus; NVML: opens no CUDA context);
+    [] on a host without one. NvidiaSmiError when it is there but fails, NvidiaSmiParseError when it answers in
+    another format."""
+    gpus = query_gpus(nvidia_smi, run, timeout)
+    return gpus if gpus is not None else []
 
 
 def device_facts(gpus: list[dict], visible: str | None) -> dict:

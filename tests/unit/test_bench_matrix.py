@@ -1,8 +1,14 @@
-"""ansible.module_utils.loadgen.matrix: spec validation, serving check, JSONL rows with provenance (loopback fixture)."""
+"""The bench matrix of ansible.module_utils.loadgen, stage by stage and driven whole (loopback fixture): spec validation
+(workloads), serving check (server), the sglang.bench_serving route (bench_serving), JSONL rows with provenance
+(rows, matrix)."""
 import json
 
 import pytest
 
+from ansible.module_utils.loadgen import bench_serving as bench_route
+from ansible.module_utils.loadgen import rows as bench_rows
+from ansible.module_utils.loadgen import server as bench_server
+from ansible.module_utils.loadgen import workloads as bench_workloads
 from ansible.module_utils.loadgen import matrix as bench_matrix
 from test_bench_client import FixtureServer
 
@@ -18,7 +24,7 @@ def spec(**kw):
 
 
 def test_good_spec_has_no_errors():
-    assert bench_matrix.validate_spec(GOOD) == []
+    assert bench_workloads.validate_spec(GOOD) == []
 
 
 @pytest.mark.parametrize("change, message", [
@@ -38,7 +44,7 @@ def test_good_spec_has_no_errors():
     ({"base_url": "127.0.0.1:30000"}, "base_url must be"),
 ])
 def test_bad_specs_are_named(change, message):
-    errors = bench_matrix.validate_spec(spec(**change))
+    errors = bench_workloads.validate_spec(spec(**change))
     assert any(message in e for e in errors), errors
 
 
@@ -50,24 +56,24 @@ def test_empty_matrix_refused_before_any_request():
 
 
 def test_cells_order_and_bound():
-    assert [(w["id"], c) for w, c in bench_matrix.cells(GOOD)] == [
+    assert [(w["id"], c) for w, c in bench_workloads.cells(GOOD)] == [
         ("random-ids/ctx60", 1), ("random-ids/ctx60", 8), ("random-ids/ctx1024", 1), ("random-ids/ctx1024", 8)]
-    assert bench_matrix.worst_case_seconds(GOOD) == 4 * 30
+    assert bench_workloads.worst_case_seconds(GOOD) == 4 * 30
 
 
 def test_check_serving():
     with FixtureServer() as server:
-        assert bench_matrix.check_serving(server.url) is None
+        assert bench_server.check_serving(server.url) is None
         server.fault = "warming"
-        assert "HTTP 503" in bench_matrix.check_serving(server.url)
+        assert "HTTP 503" in bench_server.check_serving(server.url)
         url = server.url
-    reason = bench_matrix.check_serving(url, timeout=2)
+    reason = bench_server.check_serving(url, timeout=2)
     assert "is not serving" in reason and url in reason
 
 
 def test_redact_argv_hides_secrets():
     argv = ["python", "-m", "sglang.launch_server", "--api-key", "s3cret", "--hf-token=abc", "--port", "1"]
-    out = bench_matrix.redact_argv(argv)
+    out = bench_server.redact_argv(argv)
     assert "s3cret" not in out and "--hf-token=abc" not in out
     assert out[-2:] == ["--port", "1"] and "--hf-token=<redacted>" in out
 
@@ -120,8 +126,8 @@ def test_auto_client_falls_back_to_builtin(tmp_path):
 
 
 def test_bench_serving_argv_matches_the_seed_command():
-    argv = bench_matrix.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python", base_url="http://127.0.0.1:30001"),
-                                           1024, 8, 32, "/tmp/o.jsonl")
+    argv = bench_route.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python", base_url="http://127.0.0.1:30001"),
+                                          1024, 8, 32, "/tmp/o.jsonl")
     joined = " ".join(argv)
     assert joined.startswith("/v/bin/python -m sglang.bench_serving --backend sglang")
     assert argv[argv.index("--dataset-name") + 1] == "random-ids"  # `random` would download ShareGPT
@@ -208,8 +214,8 @@ def test_bench_serving_dataset_cell_is_offline_with_dataset_path(fake_sglang, tm
     assert summary["ok_cells"] == 1 and rows[0]["workload"] == "dataset/sg" and rows[0]["cell"] == "ds-sg_c2"
     assert rows[0]["bench_client"] == "sglang.bench_serving" and rows[0]["dataset_name"] == "sharegpt"
     assert rows[0]["accept_length_source"] == "server_running_average"  # bench_serving reads /server_info
-    argv = bench_matrix.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python"),
-                                           bench_matrix.workloads(spec(dataset_path=str(data)))[-1], 2, 8, "/o")
+    argv = bench_route.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python"),
+                                          bench_workloads.workloads(spec(dataset_path=str(data)))[-1], 2, 8, "/o")
     assert argv[argv.index("--dataset-path") + 1] == str(data)
 
 
@@ -246,7 +252,7 @@ def test_degenerate_bench_outputs_are_flagged_with_evidence(tmp_path):
                                                prompt_sets={"loop": looping}, prompt_format="plain",
                                                sample_outputs=1), output_path=str(out))
     assert summary["ok_cells"] == 1
-    check = bench_matrix.degenerate_check([{"index": 0, "text": "the sea the sea " * 10}, {"index": 1, "text": "Paris."}])
+    check = bench_rows.degenerate_check([{"index": 0, "text": "the sea the sea " * 10}, {"index": 1, "text": "Paris."}])
     assert check["checked"] == 2 and check["flagged"] == 1
     assert "repetition loop" in check["evidence"][0]["reason"] and check["evidence"][0]["index"] == 0
 
@@ -259,7 +265,7 @@ def test_degenerate_bench_outputs_are_flagged_with_evidence(tmp_path):
     ({"soak_concurrency": -1}, "soak_concurrency must be"),
 ])
 def test_bad_workloads_are_named(change, message):
-    errors = bench_matrix.validate_spec(spec(**change))
+    errors = bench_workloads.validate_spec(spec(**change))
     assert any(message in e for e in errors), errors
 
 
@@ -293,7 +299,7 @@ def test_soak_row_follows_the_matrix(tmp_path):
 def test_soak_fails_when_the_unit_was_restarted(tmp_path, monkeypatch):
     states = iter([{"main_pid": 10, "n_restarts": 0, "active": "active"},
                    {"main_pid": 11, "n_restarts": 1, "active": "active"}])
-    monkeypatch.setattr(bench_matrix, "unit_state", lambda unit: next(states))
+    monkeypatch.setattr(bench_server, "unit_state", lambda unit: next(states))
     with FixtureServer() as server:
         summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1],
                                                soak_concurrency=2, service_unit="sglang.service"))
@@ -309,7 +315,7 @@ def test_bench_serving_that_fails_to_import_is_not_available(tmp_path, monkeypat
     (pkg / "bench_serving.py").write_text("from datasets import load_dataset\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     import sys
-    ok, why = bench_matrix.bench_serving_available(sys.executable)
+    ok, why = bench_route.bench_serving_available(sys.executable)
     assert not ok and "datasets" in why
     with pytest.raises(ValueError, match="not importable.*datasets"):
         bench_matrix.run_matrix(spec(client="sglang.bench_serving", venv_python=sys.executable))

@@ -1,8 +1,12 @@
 """ansible.module_utils.loadgen.provenance: every source read truthfully, a missing one recorded as missing."""
 import json
 import subprocess
+from pathlib import Path
 
+from ansible.module_utils.gpu.nvidia_smi import QUERY_ARGS
 from ansible.module_utils.loadgen import provenance as bp
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
 
 def fake_run(stdout="", rc=0, exc=None):
@@ -13,12 +17,32 @@ def fake_run(stdout="", rc=0, exc=None):
     return run
 
 
-def test_nvidia_smi_parsing_and_absence():
-    out = "580.65.06, NVIDIA B300\n580.65.06, NVIDIA B300\n"
-    assert bp.nvidia_smi(fake_run(out)) == ("580.65.06", "2x NVIDIA B300")
-    assert bp.nvidia_smi(fake_run(exc=FileNotFoundError()))[0].startswith("none: nvidia-smi not runnable")
-    assert bp.nvidia_smi(fake_run(rc=9))[0] == "none: nvidia-smi rc=9 boom"
-    assert bp.nvidia_smi(fake_run(""))[0] == "none: nvidia-smi listed no GPU"
+def test_nvidia_smi_through_query_gpus_on_the_recordings(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("")
+    asked = []
+
+    def recorded(name):
+        def run(argv, **kw):
+            asked.append(argv)
+            return subprocess.CompletedProcess(argv, 0, stdout=(FIXTURES / name).read_text(), stderr="")
+        return run
+    assert bp.nvidia_smi(recorded("b300-8gpu-nvlink-query.txt"), str(smi)) == ("580.95.05", "8x NVIDIA B300 SXM6 AC")
+    assert bp.nvidia_smi(recorded("h200-query.txt"), str(smi)) == ("580.159.04", "1x NVIDIA H200")
+    assert asked[0] == [str(smi), *QUERY_ARGS]  # gpu/nvidia_smi.py's one query, not an argv of its own
+
+
+def test_nvidia_smi_absence_and_failures(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("")
+    assert bp.nvidia_smi(fake_run(exc=FileNotFoundError()), str(smi))[0] == \
+        "none: nvidia-smi not runnable (FileNotFoundError)"
+    assert bp.nvidia_smi(fake_run("x"), str(tmp_path / "absent")) == \
+        ("none: nvidia-smi not runnable (FileNotFoundError)", "none")
+    assert bp.nvidia_smi(fake_run(rc=9), str(smi))[0] == "none: nvidia-smi rc=9 boom"
+    assert bp.nvidia_smi(fake_run(""), str(smi))[0] == "none: nvidia-smi listed no GPU"
+    assert bp.nvidia_smi(fake_run("580.65.06, NVIDIA B300\n"), str(smi))[0].startswith(
+        "none: nvidia-smi answered in another format (expected 7")
 
 
 def test_cuda_version(tmp_path):

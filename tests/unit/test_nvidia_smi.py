@@ -261,9 +261,6 @@ ARGV_BUILDERS = {
                     "topo -m, through the probe's runner (its tests feed recordings); every argument is "
                     "nvidia_smi.py's "
                     "(query_args, TOPO_ARGS)",
-    "sglang/preflight.py": "read_gpus runs QUERY_ARGS itself: the same query as query_gpus, left to sglang/'s owner",
-    "loadgen/provenance.py": "its own --query-gpu=driver_version,name argv, from before nvidia_smi.py was the one "
-                             "home; left to loadgen/'s owner",
 }
 ARGV_PIECES = {"QUERY_ARGS", "query_args", "TOPO_ARGS", "CSV_FORMAT"}
 
