@@ -31,6 +31,7 @@ from ansible.module_utils.evidence.error import EvidenceError
 from ansible.module_utils.fanout import peer_server as _server_mod
 from ansible.module_utils.hf import verify as _verify_mod
 from ansible.module_utils.systemd import unit as systemd_unit
+from ansible.module_utils.shipping.source import SourceError, module_source
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 UNIT_RE = re.compile(r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]*\Z")
@@ -177,27 +178,11 @@ def validate(params):
 
 # -- the run dir ---------------------------------------------------------------------------------------------------
 
-def module_source(mod):
-    """Source text of an imported module: through its loader (zipimport inside an AnsiballZ payload, the file
-    loader otherwise), else its file."""
-    loader = getattr(mod, "__loader__", None)
-    get_source = getattr(loader, "get_source", None)
-    if get_source is not None:
-        try:
-            src = get_source(mod.__name__)
-        except (ImportError, OSError):
-            src = None
-        if src:
-            return src
-    path = getattr(mod, "__file__", None)
-    if path and path.endswith(".py"):
-        with open(path) as f:
-            return f.read()
-    raise PeerError("cannot read the source of %s (loader %r)" % (mod.__name__, loader))
-
-
 def server_sources():
-    return {SERVER_SCRIPT: module_source(_server_mod), VERIFY_SCRIPT: module_source(_verify_mod)}
+    try:
+        return {SERVER_SCRIPT: module_source(_server_mod), VERIFY_SCRIPT: module_source(_verify_mod)}
+    except SourceError as exc:
+        raise PeerError(exc.message, **exc.evidence) from exc
 
 
 def _ours(name):

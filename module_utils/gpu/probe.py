@@ -18,6 +18,7 @@ from ansible.module_utils.gpu import probe_script
 from ansible.module_utils.gpu.nvidia_smi import (
     GATE_FIELDS, HEALTH_FIELDS, TOPO_ARGS, NvidiaSmiParseError, parse_query_gpu, parse_topology, query_args,
     summarize_links, unknown_field)
+from ansible.module_utils.shipping.source import SourceError, module_source
 
 # NVLink multicast (NVLS) stays off in every probe: on shared hosts it can take the GPUs out of service.
 PROBE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -109,22 +110,8 @@ def read_fabric_manager(systemctl, unit, runner, timeout=30):
 
 
 def probe_script_source():
-    """Source text of module_utils/gpu/probe_script.py: through its loader (zipimport inside an AnsiballZ payload,
-    the file loader otherwise), else its file. OSError when neither gives it."""
-    loader = getattr(probe_script, "__loader__", None)
-    get_source = getattr(loader, "get_source", None)
-    if get_source is not None:
-        try:
-            src = get_source(probe_script.__name__)
-        except (ImportError, OSError):
-            src = None
-        if src:
-            return src
-    path = getattr(probe_script, "__file__", None)
-    if path and path.endswith(".py"):
-        with open(path) as fh:
-            return fh.read()
-    raise OSError("cannot read the source of %s (loader %r)" % (probe_script.__name__, loader))
+    """Source text of module_utils/gpu/probe_script.py (also from inside an AnsiballZ payload)."""
+    return module_source(probe_script)
 
 
 def run_torch_probe(python, runner, timeout=300):
@@ -133,7 +120,7 @@ def run_torch_probe(python, runner, timeout=300):
         return {"ok": False, "error": "probe python %s does not exist" % python}
     try:
         source = probe_script_source()
-    except OSError as exc:
+    except SourceError as exc:
         return {"ok": False, "error": "cannot read the torch probe script: %s" % exc}
     with tempfile.TemporaryDirectory(prefix="gpu_probe_") as tmp:
         script = os.path.join(tmp, "torch_probe.py")

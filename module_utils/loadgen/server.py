@@ -10,9 +10,8 @@ through transport.py.
 """
 from __future__ import annotations
 
-import subprocess
-
 from ansible.module_utils.loadgen.transport import get_json, get_status
+from ansible.module_utils.systemd import unit as systemd_unit
 
 
 def check_serving(base_url, api_key=None, timeout=5.0):
@@ -52,19 +51,20 @@ def server_tokenizer(base_url, api_key=None):
     return info.get("tokenizer_path") or info.get("model_path") or ""
 
 
-def service_argv(unit):
+def service_argv(unit, run=systemd_unit.default_run):
     """The running unit's full argv from /proc/<MainPID>/cmdline ([] when unknown)."""
     if not unit:
         return []
     try:
-        out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit], capture_output=True,
-                             text=True, timeout=10, check=False).stdout.strip()
-        pid = int(out or 0)
-        if pid <= 0:
-            return []
+        pid = systemd_unit.show(unit, run).main_pid
+    except (OSError, systemd_unit.SystemdError):
+        return []
+    if pid <= 0:
+        return []
+    try:
         with open("/proc/%d/cmdline" % pid, "rb") as handle:
             raw = handle.read()
-    except (OSError, ValueError, subprocess.SubprocessError):
+    except OSError:
         return []
     argv = [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
     return redact_argv(argv)
@@ -89,17 +89,13 @@ def redact_argv(argv):
     return out
 
 
-def unit_state(unit):
-    """{"main_pid", "n_restarts", "active"} of a systemd unit, or None when unknown (no unit, no systemd)."""
+def unit_state(unit, run=systemd_unit.default_run):
+    """{"main_pid", "n_restarts", "active"} of a systemd unit (module_utils/systemd/unit.py), or None when unknown
+    (no unit, no systemd)."""
     if not unit:
         return None
     try:
-        out = subprocess.run(["systemctl", "show", "-p", "MainPID", "-p", "NRestarts", "-p", "ActiveState", unit],
-                             capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
+        state = systemd_unit.show(unit, run)
+    except (OSError, systemd_unit.SystemdError):
         return None
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    if "MainPID" not in props:
-        return None
-    return {"main_pid": int(props.get("MainPID") or 0), "n_restarts": int(props.get("NRestarts") or 0),
-            "active": props.get("ActiveState", "")}
+    return {"main_pid": state.main_pid, "n_restarts": state.n_restarts, "active": state.active_state}

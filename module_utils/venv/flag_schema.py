@@ -8,7 +8,6 @@ and always that venv's own flags. read_flag_schema is how the build and the prov
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import shutil
@@ -17,6 +16,7 @@ import tempfile
 
 from ansible.module_utils.venv.build_error import BuildError
 from ansible.module_utils.venv.namespace import in_namespace
+from ansible.module_utils.shipping.source import SourceError, module_source
 
 # The venv's flag schema, written into the venv itself (part of its content) by the "flag_schema" build step.
 FLAG_SCHEMA_NAME = "sglang-flag-schema.json"
@@ -40,8 +40,8 @@ def extractor():
 def extractor_source() -> str:
     """Source text of module_utils/sglang/schema_extract.py, also from inside an AnsiballZ payload (zipimport)."""
     try:
-        return inspect.getsource(extractor())
-    except (OSError, TypeError, ImportError) as exc:
+        return module_source(extractor())
+    except (SourceError, ImportError) as exc:
         raise BuildError(f"cannot read the flag schema extractor's source: {exc}") from exc
 
 

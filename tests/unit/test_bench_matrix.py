@@ -299,7 +299,7 @@ def test_soak_row_follows_the_matrix(tmp_path):
 def test_soak_fails_when_the_unit_was_restarted(tmp_path, monkeypatch):
     states = iter([{"main_pid": 10, "n_restarts": 0, "active": "active"},
                    {"main_pid": 11, "n_restarts": 1, "active": "active"}])
-    monkeypatch.setattr(bench_server, "unit_state", lambda unit: next(states))
+    monkeypatch.setattr(bench_server, "unit_state", lambda unit, run=None: next(states))
     with FixtureServer() as server:
         summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1],
                                                soak_concurrency=2, service_unit="sglang.service"))

@@ -259,7 +259,7 @@ def test_run_dir_must_be_ours_alone(tmp_path, systemd_dir):
 
 def test_sources_ship_out_of_a_zip_as_in_an_ansiballz_payload(tmp_path):
     """The zip holds ansible/module_utils/{fanout/peer_unit,fanout/peer_server,hf/verify}.py and what peer_unit imports
-    (systemd/unit, evidence/error), imported by zipimport with no module_utils on disk (-I -S: no site-packages, no
+    (systemd/unit, evidence/error, shipping/source), imported by zipimport with no module_utils on disk (-I -S: no site-packages, no
     cwd); then the shipped copy runs standalone from run_dir."""
     payload = tmp_path / "payload.zip"
     with zipfile.ZipFile(payload, "w") as zf:
@@ -267,7 +267,7 @@ def test_sources_ship_out_of_a_zip_as_in_an_ansiballz_payload(tmp_path):
         zf.writestr("ansible/module_utils/__init__.py", "")
         for name in ("fanout/__init__.py", "fanout/peer_unit.py", "fanout/peer_server.py", "hf/__init__.py",
                      "hf/verify.py", "systemd/__init__.py", "systemd/unit.py", "evidence/__init__.py",
-                     "evidence/error.py"):
+                     "evidence/error.py", "shipping/__init__.py", "shipping/source.py"):
             zf.writestr("ansible/module_utils/" + name, (ROOT / "module_utils" / name).read_text())
     run_dir = tmp_path / "run"
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from ansible.module_utils.fanout import peer_unit as m; "
