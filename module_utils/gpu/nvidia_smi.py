@@ -5,7 +5,7 @@ Stdlib only (and evidence/error.py): it runs on the target (Python 3.11) inside 
 the controller without Ansible, on recorded output (tests/fixtures/nvidia-smi/). The parsers are pure functions over
 text; query_gpus is the one function here that runs nvidia-smi (through a subprocess.run-like `run`, so tests feed
 recordings). The driver gate's probe (gpu/probe.py) runs its own retrying GATE_FIELDS query and `topo -m` with the
-arguments from here; tests/unit/test_nvidia_smi.py holds that no other file builds an nvidia-smi command line.
+arguments from here; tests/unit/gpu/test_nvidia_smi.py holds that no other file builds an nvidia-smi command line.
 
 Formats parsed (as documented by `nvidia-smi --help-query-gpu` and `nvidia-smi topo -h`):
 

@@ -7,6 +7,7 @@ ansible-core's own module_utils names from the installed ansible-core, the stand
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -184,3 +185,27 @@ def test_reporting_imports_everything_at_the_top_of_its_files():
         late += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
                  if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in top]
     assert not late, f"imports inside functions: {late}"
+
+
+def test_architecture_md_names_every_package_and_every_test_path_it_cites():
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    missing = [p for p in OUR_PACKAGES if f"| `{p}/` |" not in text]
+    assert not missing, f"ARCHITECTURE.md has no row for: {missing}"
+    cited = {c for line in text.splitlines() if line.startswith("|")
+             for c in re.findall(r"`(tests/unit/[\w/]+\.py)`", line)}
+    assert cited and not [c for c in cited if not (ROOT / c).is_file()], "ARCHITECTURE.md cites missing tests"
+
+
+def test_unit_tests_mirror_the_source_tree():
+    """tests/unit/<dir>/test_<name>.py: <dir> is a module_utils package or a source folder of the repository
+    (library, filter_plugins, reporting, bench, lab/..., roles/..., group_vars), so the test of x/y.py is found at
+    tests/unit/x/test_y.py; only this repository-wide test stays at the top."""
+    unit = ROOT / "tests" / "unit"
+    flat = sorted(p.name for p in unit.glob("test_*.py"))
+    assert flat == ["test_architecture.py"], f"flat test files left in tests/unit: {flat}"
+    for test in unit.rglob("test_*.py"):
+        rel = test.parent.relative_to(unit)
+        if rel == Path("."):
+            continue
+        source = MODULE_UTILS / rel if rel.parts[0] in OUR_PACKAGES else ROOT / rel
+        assert source.is_dir(), f"{test.relative_to(ROOT)} mirrors no source folder ({source.relative_to(ROOT)})"

@@ -36,7 +36,7 @@ def _scheduler_resolved(args) -> dict:
 def loads_answer(state, args) -> dict:
     """GET /v1/loads as SGLang 0.5.11 answers it (sglang/srt/entrypoints/v1_loads.py; recorded from the real server in
     tests/fixtures/real_sglang/loads/): one entry per DP rank (one here), counted live by the scheduler, and the
-    aggregate over ranks; the same keys at every level as the recording of include=core (tests/unit/test_sglang_drain.py
+    aggregate over ranks; the same keys at every level as the recording of include=core (tests/unit/sglang/test_drain.py
     compares them). Deliberate differences: `include` is not read (real SGLang adds the memory, disaggregation and
     queues sections without it or with include=all; nothing here reads them), and the token figures (num_used_tokens,
     token_usage, cache_hit_rate, utilization) are fixed placeholders: the stand-in has no KV cache to count."""

@@ -1,0 +1,321 @@
+"""The bench matrix of ansible.module_utils.loadgen, stage by stage and driven whole (loopback fixture): spec validation
+(workloads), serving check (server), the sglang.bench_serving route (bench_serving), JSONL rows with provenance
+(rows, matrix)."""
+import json
+
+import pytest
+
+from ansible.module_utils.loadgen import bench_serving as bench_route
+from ansible.module_utils.loadgen import rows as bench_rows
+from ansible.module_utils.loadgen import server as bench_server
+from ansible.module_utils.loadgen import workloads as bench_workloads
+from ansible.module_utils.loadgen import matrix as bench_matrix
+from tests.helpers.fixture_server import FixtureServer
+
+GOOD = {"base_url": "http://127.0.0.1:1", "context_lengths": [60, 1024], "concurrencies": [1, 8],
+        "output_len": 8, "prompts_per_concurrency": 1, "min_prompts": 2, "warmup_requests": 1,
+        "cell_timeout_s": 30, "request_timeout_s": 10, "client": "builtin", "backend": "sglang"}
+
+
+def spec(**kw):
+    out = dict(GOOD)
+    out.update(kw)
+    return out
+
+
+def test_good_spec_has_no_errors():
+    assert bench_workloads.validate_spec(GOOD) == []
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"context_lengths": []}, "context_lengths is empty"),
+    ({"concurrencies": []}, "concurrencies is empty"),
+    ({"concurrencies": None}, "concurrencies is empty"),
+    ({"context_lengths": [60, 0]}, "integers >= 1"),
+    ({"context_lengths": [60, "x"]}, "integers >= 1"),
+    ({"concurrencies": [1, True]}, "integers >= 1"),
+    ({"concurrencies": [8, 8]}, "duplicates"),
+    ({"output_len": 0}, "output_len must be"),
+    ({"cell_timeout_s": 0}, "cell_timeout_s must be"),
+    ({"request_timeout_s": -1}, "request_timeout_s must be"),
+    ({"warmup_requests": -1}, "warmup_requests must be"),
+    ({"client": "vllm"}, "client must be one of"),
+    ({"backend": "trt"}, "backend must be one of"),
+    ({"base_url": "127.0.0.1:30000"}, "base_url must be"),
+])
+def test_bad_specs_are_named(change, message):
+    errors = bench_workloads.validate_spec(spec(**change))
+    assert any(message in e for e in errors), errors
+
+
+def test_empty_matrix_refused_before_any_request():
+    with FixtureServer() as server:
+        with pytest.raises(ValueError, match="context_lengths is empty"):
+            bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[]))
+        assert server.requests == []
+
+
+def test_cells_order_and_bound():
+    assert [(w["id"], c) for w, c in bench_workloads.cells(GOOD)] == [
+        ("random-ids/ctx60", 1), ("random-ids/ctx60", 8), ("random-ids/ctx1024", 1), ("random-ids/ctx1024", 8)]
+    assert bench_workloads.worst_case_seconds(GOOD) == 4 * 30
+
+
+def test_check_serving():
+    with FixtureServer() as server:
+        assert bench_server.check_serving(server.url) is None
+        server.fault = "warming"
+        assert "HTTP 503" in bench_server.check_serving(server.url)
+        url = server.url
+    reason = bench_server.check_serving(url, timeout=2)
+    assert "is not serving" in reason and url in reason
+
+
+def test_redact_argv_hides_secrets():
+    argv = ["python", "-m", "sglang.launch_server", "--api-key", "s3cret", "--hf-token=abc", "--port", "1"]
+    out = bench_server.redact_argv(argv)
+    assert "s3cret" not in out and "--hf-token=abc" not in out
+    assert out[-2:] == ["--port", "1"] and "--hf-token=<redacted>" in out
+
+
+def test_run_matrix_writes_one_row_per_cell_with_provenance(tmp_path):
+    out = tmp_path / "sub" / "cfg.jsonl"
+    prov = {"host_group": "nvlink", "driver": "none", "cuda": "13.0", "venv_hash": "abc",
+            "flags": ["--tp-size", "8"]}
+    with FixtureServer(accept_length=4.5) as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4, 16]),
+                                          labels={"run": "r1", "config": "cfg", "host": "h"},
+                                          provenance=prov, output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["rows"] == 4 and summary["ok_cells"] == 4 and summary["failed_cells"] == 0
+    assert summary["client"] == "builtin"
+    assert [r["cell"] for r in rows] == ["ctx4_c1", "ctx4_c8", "ctx16_c1", "ctx16_c8"]
+    for r in rows:
+        assert r["kind"] == "cell" and r["status"] == "ok"
+        assert r["run"] == "r1" and r["config"] == "cfg" and r["host"] == "h"
+        assert r["provenance"] == prov
+        assert r["accept_length"] == 4.5
+        assert r["total_input_tokens"] == r["context_length"] * r["completed"]
+        for key in ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_itl_ms",
+                    "median_itl_ms", "p99_itl_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms"):
+            assert isinstance(r[key], float), key
+    assert summary["best_output_throughput"] == max(r["output_throughput"] for r in rows)
+
+
+def test_failed_cell_is_recorded_and_matrix_moves_on(tmp_path):
+    out = tmp_path / "x.jsonl"
+    with FixtureServer(fault="http500") as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1, 2]),
+                                          output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["failed_cells"] == 2 and len(rows) == 2
+    assert all(r["status"] == "error" and "HTTP 500" in r["error"] for r in rows)
+    assert rows[0]["output_throughput"] is None
+
+
+def test_bench_serving_client_refused_when_not_importable(tmp_path):
+    with pytest.raises(ValueError, match="not importable"):
+        bench_matrix.run_matrix(spec(client="sglang.bench_serving", venv_python=str(tmp_path / "nope")))
+
+
+def test_auto_client_falls_back_to_builtin(tmp_path):
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, client="auto", venv_python="/usr/bin/python3",
+                                               context_lengths=[4], concurrencies=[1]))
+    assert summary["client"] == "builtin"
+
+
+def test_bench_serving_argv_matches_the_seed_command():
+    argv = bench_route.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python", base_url="http://127.0.0.1:30001"),
+                                          1024, 8, 32, "/tmp/o.jsonl")
+    joined = " ".join(argv)
+    assert joined.startswith("/v/bin/python -m sglang.bench_serving --backend sglang")
+    assert argv[argv.index("--dataset-name") + 1] == "random-ids"  # `random` would download ShareGPT
+    for part in ("--random-input-len 1024", "--random-output-len 8",
+                 "--random-range-ratio 1.0", "--num-prompts 32", "--max-concurrency 8",
+                 "--output-file /tmp/o.jsonl"):
+        assert part in joined
+
+
+FAKE_BENCH_SERVING = '''
+import argparse, json, sys, time
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for a in ("--backend", "--base-url", "--dataset-name", "--random-input-len", "--random-output-len",
+              "--random-range-ratio", "--num-prompts", "--max-concurrency", "--warmup-requests", "--output-file",
+              "--tokenizer", "--model", "--dataset-path", "--sharegpt-output-len"):
+        p.add_argument(a)
+    p.add_argument("--disable-tqdm", action="store_true")
+    a = p.parse_args()
+    if a.random_input_len == "13":
+        time.sleep(30)
+    n = int(a.num_prompts)
+    if a.dataset_name == "sharegpt":
+        json.load(open(a.dataset_path))
+        a.random_input_len, a.random_output_len = "7", a.sharegpt_output_len
+    row = {"backend": a.backend, "completed": n, "total_input_tokens": n * int(a.random_input_len),
+           "total_output_tokens": n * int(a.random_output_len), "output_throughput": 1234.5, "mean_ttft_ms": 40.0,
+           "median_ttft_ms": 40.0, "p99_ttft_ms": 41.0, "mean_itl_ms": 8.0, "median_itl_ms": 8.0, "p99_itl_ms": 9.0,
+           "mean_tpot_ms": 8.0, "median_tpot_ms": 8.0, "p99_tpot_ms": 8.5, "accept_length": 4.48, "duration": 1.0}
+    with open(a.output_file, "a") as f:
+        f.write(json.dumps(row) + "\\n")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.fixture
+def fake_sglang(tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bench_serving.py").write_text(FAKE_BENCH_SERVING)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    import sys
+    return sys.executable
+
+
+def test_bench_serving_client_is_used_when_importable(fake_sglang, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, client="auto", venv_python=fake_sglang,
+                                               context_lengths=[60], concurrencies=[1, 8]), output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["client"] == "sglang.bench_serving" and summary["ok_cells"] == 2
+    assert [r["bench_client"] for r in rows] == ["sglang.bench_serving"] * 2
+    assert rows[1]["output_throughput"] == 1234.5 and rows[1]["accept_length"] == 4.48
+    assert rows[1]["num_prompts"] == 8 and rows[1]["total_output_tokens"] == 8 * 8
+    assert server.requests == []   # all traffic came from the (fake) bench_serving, none from the builtin client
+
+
+def test_bench_serving_cell_is_bounded(fake_sglang, tmp_path):
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, client="sglang.bench_serving",
+                                               venv_python=fake_sglang, context_lengths=[13], concurrencies=[1],
+                                               cell_timeout_s=1.5), output_path=str(tmp_path / "o.jsonl"))
+    assert summary["failed_cells"] == 1
+    assert "exceeded the 1.5s cell bound" in summary["failures"][0]
+
+
+def test_bench_serving_dataset_cell_is_offline_with_dataset_path(fake_sglang, tmp_path):
+    data = tmp_path / "sg.json"
+    data.write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "hello there"}]}]))
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, client="sglang.bench_serving",
+                                               venv_python=fake_sglang, context_lengths=[], concurrencies=[2],
+                                               dataset_path=str(data), prompt_format="plain"),
+                                          output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["ok_cells"] == 1 and rows[0]["workload"] == "dataset/sg" and rows[0]["cell"] == "ds-sg_c2"
+    assert rows[0]["bench_client"] == "sglang.bench_serving" and rows[0]["dataset_name"] == "sharegpt"
+    assert rows[0]["accept_length_source"] == "server_running_average"  # bench_serving reads /server_info
+    argv = bench_route.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python"),
+                                          bench_workloads.workloads(spec(dataset_path=str(data)))[-1], 2, 8, "/o")
+    assert argv[argv.index("--dataset-path") + 1] == str(data)
+
+
+CODE_SET = [{"id": "c1", "messages": [{"role": "user", "content": "Write a Python function add(a, b)."}]},
+            {"id": "c2", "messages": [{"role": "user", "content": "Write a bash loop over files."}]}]
+
+
+def test_prompt_set_cells_carry_per_request_acceptance_and_real_token_counts(tmp_path):
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer(tokens_per_chunk=3) as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[], concurrencies=[1, 2],
+                                               prompt_sets={"code": CODE_SET}, prompt_format="plain",
+                                               sample_outputs=2), output_path=str(out))
+        sent = [req for path, req, _ in server.requests if path == "/generate"]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["ok_cells"] == 2 and [r["cell"] for r in rows] == ["code_c1", "code_c2"]
+    assert summary["workloads"]["prompts/code"].startswith("plain role lines")
+    assert all(r["text"].startswith("user: Write a") and r["text"].endswith("assistant:") for r in sent)
+    for r in rows:
+        assert r["workload"] == "prompts/code" and r["prompt_set"] == "code" and r["ignore_eos"] is False
+        # 8 tokens: prefill 1, then steps of 3, 3, 1 -> 3 verify steps per request
+        assert r["accept_length_source"] == "per_request" and r["accept_length"] == pytest.approx(8 / 3)
+        assert r["spec_totals"]["verify_ct"] == 3 * r["completed"]
+        assert r["context_length"] == round(sum(q["prompt_tokens"] for q in r["requests"]) / len(r["requests"]))
+        assert r["degenerate"]["checked"] == 2
+
+
+def test_degenerate_bench_outputs_are_flagged_with_evidence(tmp_path):
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer() as server:   # the fixture answers "tttt...": one word, but a loop only from 12 words
+        server_url = server.url
+        looping = [{"id": "x", "messages": [{"role": "user", "content": "say it"}]}]
+        summary = bench_matrix.run_matrix(spec(base_url=server_url, context_lengths=[], concurrencies=[1],
+                                               prompt_sets={"loop": looping}, prompt_format="plain",
+                                               sample_outputs=1), output_path=str(out))
+    assert summary["ok_cells"] == 1
+    check = bench_rows.degenerate_check([{"index": 0, "text": "the sea the sea " * 10}, {"index": 1, "text": "Paris."}])
+    assert check["checked"] == 2 and check["flagged"] == 1
+    assert "repetition loop" in check["evidence"][0]["reason"] and check["evidence"][0]["index"] == 0
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"context_lengths": [], "prompt_sets": {"chat": []}}, "prompt set 'chat' is empty"),
+    ({"prompt_sets": {"chat": [{"id": "a", "messages": []}]}}, "needs messages"),
+    ({"prompt_format": "html"}, "prompt_format must be one of"),
+    ({"context_lengths": [], "prompt_sets": {}}, "context_lengths is empty"),
+    ({"soak_concurrency": -1}, "soak_concurrency must be"),
+])
+def test_bad_workloads_are_named(change, message):
+    errors = bench_workloads.validate_spec(spec(**change))
+    assert any(message in e for e in errors), errors
+
+
+def test_missing_dataset_refused_before_any_request(tmp_path):
+    with FixtureServer() as server:
+        with pytest.raises(ValueError, match="does not exist on this host"):
+            bench_matrix.run_matrix(spec(base_url=server.url, dataset_path=str(tmp_path / "none.json")))
+        assert server.requests == []
+
+
+def test_chat_template_required_but_unrenderable_is_refused(tmp_path):
+    with FixtureServer() as server:
+        with pytest.raises(ValueError, match="prompt_format chat-template"):
+            bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[], prompt_sets={"code": CODE_SET},
+                                         prompt_format="chat-template", venv_python="/usr/bin/python3",
+                                         tokenizer=str(tmp_path)))
+        assert [p for p, _, _ in server.requests if p == "/generate"] == []
+
+
+def test_soak_row_follows_the_matrix(tmp_path):
+    out = tmp_path / "rows.jsonl"
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1],
+                                               soak_concurrency=3, soak_rounds=2), output_path=str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["phase"] for r in rows] == ["matrix", "soak"]
+    assert rows[1]["cell"] == "soak_c3" and rows[1]["status"] == "ok" and rows[1]["requests"] == 6
+    assert summary["soak"]["status"] == "ok" and summary["rows"] == 1
+
+
+def test_soak_fails_when_the_unit_was_restarted(tmp_path, monkeypatch):
+    states = iter([{"main_pid": 10, "n_restarts": 0, "active": "active"},
+                   {"main_pid": 11, "n_restarts": 1, "active": "active"}])
+    monkeypatch.setattr(bench_server, "unit_state", lambda unit, run=None: next(states))
+    with FixtureServer() as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1],
+                                               soak_concurrency=2, service_unit="sglang.service"))
+    assert summary["soak"]["status"] == "failed"
+    assert "MainPID 10 -> 11, restarts 0 -> 1" in summary["soak"]["error"]
+
+
+def test_bench_serving_that_fails_to_import_is_not_available(tmp_path, monkeypatch):
+    # real 0.5.11: sglang/bench_serving.py imports `datasets` at import time; found is not enough
+    pkg = tmp_path / "site" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "bench_serving.py").write_text("from datasets import load_dataset\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    import sys
+    ok, why = bench_route.bench_serving_available(sys.executable)
+    assert not ok and "datasets" in why
+    with pytest.raises(ValueError, match="not importable.*datasets"):
+        bench_matrix.run_matrix(spec(client="sglang.bench_serving", venv_python=sys.executable))
