@@ -31,7 +31,6 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.evidence.error import EvidenceError
 
 EXCLUDE_DIRS = ("__pycache__",)
 EXCLUDE_SUFFIXES = (".pyc",)
@@ -45,7 +44,7 @@ CACHE_VERSION = 1
 RACY_NS = 100_000_000  # entries changed < 100 ms before the scan are not cached (ctime ticks are <= 10 ms)
 
 
-class ManifestError(EvidenceError):
+class ManifestError(Exception):  # plain: this file also runs on a host with only its venv/ siblings (tests, bench)
     """A tree that cannot be described (unsupported file type, unreadable file, not a venv)."""
 
 

@@ -26,13 +26,12 @@ from ansible.module_utils.venv.manifest import (EXCLUDE_DIRS, ManifestError, dif
                                                 first_differences, is_venv, scan, summary, write_digest)
 from ansible.module_utils.venv import receive as venv_receive
 from ansible.module_utils.venv.bytecode import BytecodeError, compile_stage
-from ansible.module_utils.evidence.error import EvidenceError
 
 AT_FDCWD = -100
 RENAME_EXCHANGE = 2
 
 
-class StageError(EvidenceError):
+class StageError(Exception):  # plain: this file also runs on a host with only its venv/ siblings (tests, bench)
     """The stage cannot be prepared, does not match what was expected, or cannot be swapped in."""
 
 

@@ -335,7 +335,7 @@ def test_clone_route_builds_the_forks_pinned_commit_from_the_labs_git_service(la
     try:
         refused = playbook(PLAYBOOK, limit="ct200-lab", extravars={**CLONE, "venv_clone_commit": gitfork.BRANCH})
         assert refused.rc != 0 and refused.changed_count("ct200-lab") == 0
-        assert "venv_clone_commit=ddtree is not a pinned commit" in refused.stdout, refused.stdout[-3000:]
+        assert "venv_clone_commit 'ddtree' is not a pinned commit" in refused.stdout, refused.stdout[-3000:]
         assert sh(lab, "ct200-lab", made) == "0"
 
         check = playbook(PLAYBOOK, limit="ct200-lab", extravars={**CLONE, "venv_clone_commit": commit}, check=True)

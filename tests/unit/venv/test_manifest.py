@@ -98,3 +98,16 @@ def test_unsupported_file_type_is_an_error(tmp_path):
     os.mkfifo(root / "fifo")
     with pytest.raises(vm.ManifestError, match="unsupported file type"):
         vm.scan(str(root))
+
+
+def test_runs_standalone_on_a_host_with_nothing_of_ours(tmp_path):
+    """The lab tests and the venv bench send this file alone to a host's python3 (stdin): it imports nothing of ours."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    make_tree(tmp_path)
+    src = (Path(vm.__file__)).read_text() + f"\nimport json\nprint(json.dumps(summary(scan({str(tmp_path)!r}))))\n"
+    out = subprocess.run([sys.executable, "-I", "-"], input=src, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == json.loads(json.dumps(vm.summary(vm.scan(str(tmp_path)))))
