@@ -13,6 +13,7 @@ from ansible.module_utils.compile_cache.error import CompileCacheError
 from ansible.module_utils.compile_cache.key import kernel_flags, parallel_sizes
 from ansible.module_utils.gpu.nvidia_smi import (BINARY, NvidiaSmiError, NvidiaSmiParseError, gpu_identity,
                                                    query_gpus)
+from ansible.module_utils.gpu.cuda_toolkit import cuda_version
 
 
 def _canon_dist(name: str) -> str:
@@ -41,23 +42,6 @@ def dist_versions(venv: str, names=("sglang", "torch")) -> dict:
         if name and version and _canon_dist(name) in want:
             found[want[_canon_dist(name)]] = version
     return found
-
-
-def cuda_version(cuda_home: str) -> str:
-    """The CUDA toolkit's version at cuda_home (version.json, else version.txt); "" when there is none."""
-    if not cuda_home:
-        return ""
-    try:
-        with open(os.path.join(cuda_home, "version.json"), encoding="utf-8") as fh:
-            return str(json.load(fh)["cuda"]["version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    try:
-        with open(os.path.join(cuda_home, "version.txt"), encoding="utf-8") as fh:
-            m = re.search(r"CUDA Version\s+([0-9.]+)", fh.read())
-            return m.group(1) if m else ""
-    except OSError:
-        return ""
 
 
 def gpu_facts(nvidia_smi: str = BINARY, runner=None, timeout: float = 60) -> dict:

@@ -8,9 +8,9 @@ Stdlib only (runs on the target with the system python3, 3.10+).
 """
 from __future__ import annotations
 
-import json
-import os
 import re
+
+from ansible.module_utils.gpu.cuda_toolkit import cuda_version
 
 RANK_FACT_KEYS = ("driver", "cuda", "venv_hash")
 
@@ -49,14 +49,7 @@ def rank_facts(cuda_home: str = "", venv_digest_path: str = "", gpus_expected: b
         driver = m.group(1) if m else (text.split()[0] if re.match(r"^[0-9][0-9.]*$", text.split()[0]) else "")
         if driver:
             break
-    cuda = ""
-    if cuda_home:
-        try:
-            with open(os.path.join(cuda_home, "version.json"), encoding="utf-8") as fh:
-                cuda = str(json.load(fh)["cuda"]["version"])
-        except (OSError, ValueError, KeyError, TypeError):
-            m = re.search(r"CUDA Version\s+([0-9.]+)", _read_text(os.path.join(cuda_home, "version.txt")))
-            cuda = m.group(1) if m else ""
+    cuda = cuda_version(cuda_home)
     if not gpus_expected:
         driver, cuda = driver or "none", cuda or "none"
     return {"driver": driver, "cuda": cuda, "venv_hash": _read_text(venv_digest_path) if venv_digest_path else ""}

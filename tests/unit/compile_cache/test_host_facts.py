@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from ansible.module_utils.compile_cache.error import CompileCacheError
-from ansible.module_utils.compile_cache.host import cuda_version, gpu_facts, host_facts
+from ansible.module_utils.compile_cache.host import gpu_facts, host_facts
+from ansible.module_utils.gpu.cuda_toolkit import cuda_version
 from ansible.module_utils.evidence.error import EvidenceError
 from ansible.module_utils.gpu.nvidia_smi import QUERY_ARGS
 from tests.helpers.compile_cache import ARGV, ROOT, facts, fake_venv
