@@ -224,3 +224,16 @@ def test_no_file_over_500_lines_unless_it_is_one_job_that_cannot_be_split():
             if (n := len(p.read_text().splitlines())) > 500}
     assert set(long) <= set(LONG_BY_NECESSITY), f"split these by job: {sorted(set(long) - set(LONG_BY_NECESSITY))}"
     assert all((ROOT / p).is_file() for p in LONG_BY_NECESSITY)
+
+
+def test_the_one_import_name_works_where_ansible_core_is_absent():
+    """The device scripts run on a Python with no ansible-core: local_module_utils.install() still gives our
+    packages their one name (-S: no site-packages, so no ansible-core)."""
+    import subprocess
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import local_module_utils; local_module_utils.install(); "
+            "from ansible.module_utils.sglang import smoke; from ansible.module_utils.loadgen import matrix; "
+            "import ansible.module_utils as mu; print(mu.__path__)")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == repr([str(MODULE_UTILS)])
