@@ -8,6 +8,8 @@ fallback: a config that names no port gets SGLang's own default, read from the v
 """
 from __future__ import annotations
 
+import functools
+
 from ansible.module_utils.sglang import schema as schema_lib
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "", "localhost")
@@ -28,6 +30,12 @@ def default_port(schema=None) -> int:
     """SGLang's own --port default: from `schema` (a FlagSchema), else the one all committed schemas agree on."""
     if schema is not None:
         return _schema_default(schema)
+    return _committed_default()
+
+
+@functools.lru_cache(maxsize=1)
+def _committed_default() -> int:
+    """Read once per process: the committed schemas are ~0.5 MB of JSON and do not change while a play runs."""
     defaults = {v: _schema_default(schema_lib.load(v)) for v in schema_lib.available()}
     if len(set(defaults.values())) != 1:
         raise EndpointError(f"the committed schemas disagree on --port's default ({defaults}): name the version")

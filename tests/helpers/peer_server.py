@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,7 +16,5 @@ def server_script() -> Path:
     """Path of model_peer_server.py in a run dir of this test process (made once, removed at exit)."""
     run_dir = tempfile.mkdtemp(prefix="peer-run-")
     atexit.register(shutil.rmtree, run_dir, True)
-    for name, text in peer_unit.server_sources().items():
-        with open(os.path.join(run_dir, name), "w") as f:
-            f.write(text)
-    return Path(run_dir) / peer_unit.SERVER_SCRIPT
+    # the tests pass their own --token-sha256-file: the run dir's token file is unused
+    return Path(peer_unit.prepare_run_dir(run_dir, "unused-token")["server"])

@@ -51,6 +51,7 @@ def test_schemas_that_disagree_are_not_guessed_between(monkeypatch):
     schemas = {"0.5.11": schema_lib.from_dict(base), "9.9.9": schema_lib.from_dict(other)}
     monkeypatch.setattr(schema_lib, "available", lambda path=None: list(schemas))
     monkeypatch.setattr(schema_lib, "load", lambda v, path=None: schemas[v])
+    monkeypatch.setattr(endpoint, "_committed_default", endpoint._committed_default.__wrapped__)
     with pytest.raises(endpoint.EndpointError, match="disagree"):
         endpoint.default_port()
     assert endpoint.default_port(schemas["9.9.9"]) == 40000
