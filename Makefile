@@ -1,6 +1,6 @@
 # Two commands on a fresh Debian 12 machine (as root):
 #   make demo   installs the controller environment, brings the lab up, runs site.yml then bench.yml on b300-lab
-#   make test   lint, unit tests, lab integration tests and every role's molecule scenario
+#   make test   lint, unit tests, then the lab integration tests and every role's molecule scenario (two workers)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PY ?= python3
@@ -46,13 +46,16 @@ lint: venv
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
+# The lab suite, molecule scenarios included (tests/integration/test_molecule.py), on ITEST_WORKERS workers: each
+# lab's tests stay together in one worker (tests/integration/conftest.py), the costliest labs are handed out first.
+ITEST_WORKERS ?= 2
 integration: deps venv
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q -n $(ITEST_WORKERS) --durations=40 tests/integration
 
 molecule: deps venv
 	@for r in $(MOLECULE_ROLES); do echo "=== molecule test: $$r"; (cd roles/$$r && LAB_NAME=mol-$$r molecule test) || exit 1; done
 
-test: deps venv lint unit integration molecule
+test: deps venv lint unit integration
 
 demo: deps venv
 	$(BIN)/python -m lab up

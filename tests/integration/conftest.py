@@ -1,11 +1,13 @@
 """Lab fixtures for integration tests: real hosts (systemd-nspawn, systemd PID 1, sshd) and real playbook runs.
 
 Each test module may pick its own lab with a module-level `LAB_NAME = "..."`; otherwise the session lab
-"itest" is used. Labs are brought up once per name and taken down at the end of the session (unless
-LAB_KEEP=1), so test files that share a lab share hosts.
+"itest" is used. Labs are brought up once per name, and taken down when the worker's next test uses another lab
+(unless LAB_KEEP=1), so test files that share a lab share hosts.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import os
 from pathlib import Path
@@ -27,38 +29,69 @@ def _lab_registry():
             lab.down(log=lambda *_: None)
 
 
-# (module name, lab name) of every collected test module, in run order: a lab goes down after the last module that
-# uses it. Each booted host runs its own systemd, and each systemd takes inotify instances from the one per-user
-# pool (fs.inotify.max_user_instances, 128 by default): with every lab of the suite kept up to the end, the hosts
-# booted late failed with "Failed to allocate manager object".
-_MODULE_LABS: list[tuple[str, str]] = []
+# The suite runs on two workers (pytest-xdist, `make integration`): every test of one lab runs in one worker, one after
+# the other (LabScheduling below), and a worker has one lab up at a time. Labs are handed out in the order below, the
+# costliest first (measured per lab, seconds on this machine's two cores), so the two workers end close together; a
+# test of no lab (a molecule scenario: its own lab, made and removed by molecule) is a unit of its own, handed out last.
+GROUP_COST_ORDER = ("bench", "site", "rolling", "fleet", "service", "venv", "cuda", "ccache", "multinode", "models",
+                    "itest")
 
 
-def _module_lab_name(module) -> str:
-    return getattr(module, "LAB_NAME", os.environ.get("ITEST_LAB_NAME", "itest"))
+def _module_lab(module) -> str | None:
+    return getattr(module, "LAB_NAME", None)
 
 
+@functools.lru_cache(maxsize=None)
+def _file_lab(path: str) -> str | None:
+    """A test file's module-level `LAB_NAME = "..."`, read without importing it (the xdist controller collects
+    nothing: it sees node ids only)."""
+    try:
+        tree = ast.parse((ROOT / path).read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["LAB_NAME"]
+                and isinstance(node.value, ast.Constant)):
+            return node.value.value
+    return None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Units of work = labs: all the tests of one LAB_NAME (across files) go to one worker, in collection order. (Not
+    `--dist loadgroup`: with pytest 9.2 its xdist_group marks no longer reach the node ids it schedules by.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _file_lab(nodeid.split("::", 1)[0]) or nodeid
+
+    config.option.loadscopereorder = False      # keep the cost order of the collection
+    return LabScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
-    seen = set()
-    for item in items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__ not in seen:
-            seen.add(module.__name__)
-            _MODULE_LABS.append((module.__name__, _module_lab_name(module)))
+    """Labs in cost order, each lab's tests in their collected order; tests of no lab last."""
+    def rank(item):
+        lab = _module_lab(item.module)
+        return GROUP_COST_ORDER.index(lab) if lab in GROUP_COST_ORDER else len(GROUP_COST_ORDER) + (lab is None)
+    order = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (rank(item), order[id(item)]))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _release_labs(request, _lab_registry):
-    """After a module (its own fixtures torn down first): take down every lab no later module uses (LAB_KEEP=1
-    keeps them)."""
-    yield
-    if os.environ.get("LAB_KEEP") == "1":
-        return
-    names = [m for m, _ in _MODULE_LABS]
-    here = request.module.__name__
-    later = {lab for _, lab in _MODULE_LABS[names.index(here) + 1:]} if here in names else set()
-    for name in [n for n in _lab_registry if n not in later]:
-        _lab_registry.pop(name).down(log=lambda *_: None)
+# Each booted host runs its own systemd, and each systemd takes inotify instances from the one per-user pool
+# (fs.inotify.max_user_instances, 128 by default): a lab goes down as soon as the next test of this worker uses
+# another one (xdist hands a worker the next test before it runs this one, so `nextitem` is exact), not at the end.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield      # this test's fixtures (the module's, when it was the module's last test) are torn down first
+    here = _module_lab(item.module) or os.environ.get("ITEST_LAB_NAME", "itest")
+    there = None if nextitem is None else _module_lab(nextitem.module) or os.environ.get("ITEST_LAB_NAME", "itest")
+    if os.environ.get("LAB_KEEP") != "1" and there != here:
+        lab = _labs.pop(here, None)
+        if lab is not None:
+            lab.down(log=lambda *_: None)
+    return result
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 LAB_NAME = "itest"
 
 
-def _footprint() -> dict:
-    """Everything a lab could leave behind on this machine."""
+def _footprint(lab: Lab) -> dict:
+    """Everything this lab could leave behind on this machine (its bridge and veths, mounts under its directory, its
+    machines' cgroups, its nspawn, proxy and test-double processes). Only this lab's: other labs may be up meanwhile
+    (the suite runs two workers)."""
+    mine = f"l{lab.short}"
     links = json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True, check=True).stdout)
     live = []
     for pid in os.listdir("/proc"):
@@ -29,13 +32,13 @@ def _footprint() -> dict:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if stat.rsplit(")", 1)[1].split()[0] != "Z" and ("systemd-nspawn" in cmd or "tinyproxy" in cmd or "lab.testhub" in cmd):
+        if stat.rsplit(")", 1)[1].split()[0] != "Z" and (str(lab.dir) in cmd or mine in cmd or lab.bridge in cmd):
             live.append(cmd)
     return {
-        "links": sorted(link["ifname"] for link in links if link["ifname"].startswith(("lab-", "vb-"))),
+        "links": sorted(link["ifname"] for link in links if link["ifname"] == lab.bridge or mine in link["ifname"]),
         "mounts": sorted(line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-                         if "/.lab/" in line.split()[1]),
-        "cgroups": sorted(str(p) for root in CGROUP_ROOTS for p in (root / CGROUP_PARENT).glob("*")),
+                         if line.split()[1].startswith(str(lab.dir))),
+        "cgroups": sorted(str(p) for root in CGROUP_ROOTS for p in (root / CGROUP_PARENT).glob(f"{mine}*")),
         "processes": sorted(live),
     }
 
@@ -46,10 +49,12 @@ def _lab_cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedP
 
 
 def test_up_is_real_idempotent_and_down_leaves_nothing():
-    before = _footprint()
     lab = Lab("labtest")
+    before = _footprint(lab)
     try:
         state = lab.up(log=lambda *_: None)
+        up = _footprint(lab)
+        up_links, up_procs = up["links"], up["processes"]
         for name, host in state["hosts"].items():
             out = lab.ssh(name, "cat /proc/1/comm; systemctl is-system-running; hostname; "
                                 "grep -c \"$(hostname)\" /etc/hosts; cat /proc/self/cgroup | grep -c name=systemd").stdout.split()
@@ -71,7 +76,9 @@ def test_up_is_real_idempotent_and_down_leaves_nothing():
         assert json.loads(hub.stdout)["id"] == "demo/Kimi-K2.6-tiny"
     finally:
         lab.down(log=lambda *_: None)
-    assert _footprint() == before
+    assert _footprint(lab) == before
+    assert before == {"links": [], "mounts": [], "cgroups": [], "processes": []}
+    assert lab.bridge.startswith("lab-") and up_links and up_procs, "the footprint saw none of the up lab's things"
     assert not lab.dir.exists()
     assert _lab_cli("status", "--name", "labtest").returncode == 3
 
