@@ -8,9 +8,11 @@ chat_template_kwargs["thinking"] is False). Which variable a template takes is r
 per model: a bare (not attribute, not quoted) name with "thinking" in it that a `{% if %}` / `{% elif %}` tests and
 the template does not `{% set %}` itself.
 
-Where the template is: the server's --chat-template when that is a Jinja file; else the model directory's
-chat_template.jinja, else tokenizer_config.json's "chat_template" (a string, or a list of {name, template}: the
-"default" one), the order transformers loads them in (SGLang's TemplateManager reads the tokenizer's).
+Where the template is: the server's --chat-template when that is a Jinja file (a path ending .jinja: SGLang reads
+any other value as a built-in template name or a JSON conversation template, TemplateManager
+._load_explicit_chat_template); else the model directory's chat_template.jinja, else tokenizer_config.json's
+"chat_template" (a string, or a list of {name, template}: the "default" one), the order transformers loads them in
+(SGLang's TemplateManager.load_chat_template reads the tokenizer's; no built-in template matches a Kimi model path).
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def _from_tokenizer_config(path: str) -> str | None:
 def find_template(model_path: str | None, chat_template: str | None = None) -> tuple:
     """(template text or None, where it came from or why there is none)."""
     if chat_template:
-        if os.path.isfile(chat_template) and chat_template.endswith((".jinja", ".j2")):
+        if os.path.isfile(chat_template) and chat_template.endswith(".jinja"):
             with open(chat_template, encoding="utf-8") as fh:
                 return fh.read(), chat_template
         return None, f"the server's --chat-template {chat_template!r} is not a Jinja file here"
