@@ -14,6 +14,7 @@ extracted from the host's own venv), read by module_utils/sglang/schema.py.
     sglang_probe_url(server)                       -> http://127.0.0.1:PORT (or the bind address)
     sglang_port(server)                            -> the port: its own, else SGLang's default from the schema
     sglang_model_id(server)                        -> the id /v1/models must list
+    sglang_flag_value(server, flag, extra_args)    -> the value the argv gives one flag ("" when none)
 
 Structured keys name flags, not argparse dests (which differ between versions: 0.5.11's dest for --tp-size is
 tensor_parallel_size): a server key `tp_size` is the flag `--tp-size`; a speculative key `k` is `--speculative-<k>`,
@@ -132,7 +133,7 @@ def render(server: dict, speculative: dict | None, extra_args: dict | None, sche
     if server.get("api_key"):
         raise SGLangConfigError("api_key does not belong in the server config (it comes from vault via the env file)")
     schema = flag_schema(schema)
-    pairs = [("--" + key.replace("_", "-"), value) for key, value in server.items()]
+    pairs = [(_server_flag(key), value) for key, value in server.items()]
     algo = algorithm(speculative)
     if algo != "NONE":
         pairs.append(("--speculative-algorithm", algo))
@@ -142,9 +143,30 @@ def render(server: dict, speculative: dict | None, extra_args: dict | None, sche
     for flag, value in sorted(pairs, key=lambda fv: _order(schema, fv[0])):
         argv += _words_for(schema, flag, value)
     for flag, value in (extra_args or {}).items():
-        flag = flag if flag.startswith("--") else "--" + flag.replace("_", "-")
-        argv += _words_for(schema, flag, value)
+        argv += _words_for(schema, _extra_flag(flag), value)
     return argv
+
+
+def _server_flag(key: str) -> str:
+    """The flag a server key names (`tp_size` -> `--tp-size`)."""
+    return "--" + key.replace("_", "-")
+
+
+def _extra_flag(key: str) -> str:
+    """The flag an extra_args key names: as written when it starts with --, else like a server key."""
+    return key if key.startswith("--") else _server_flag(key)
+
+
+def sglang_flag_value(server: dict, flag: str, extra_args: dict | None = None) -> str:
+    """The value the rendered argv gives `flag` ("" when it gives none): an extra_args entry wins over a server key,
+    as the later word does in the parser. For the checks that follow what the server runs (the smoke's reasoning
+    and tool-call parsers), without the version's schema (smoke.yml also runs outside a full play)."""
+    value = None
+    for key, v in (server or {}).items():
+        value = v if _server_flag(key) == flag else value
+    for key, v in (extra_args or {}).items():
+        value = v if _extra_flag(key) == flag else value
+    return "" if value is None or value is False else _fmt(value)
 
 
 def flag_problems(server: dict, speculative: dict | None = None, extra_args: dict | None = None,
@@ -255,5 +277,6 @@ class FilterModule:
             "sglang_probe_url": sglang_probe_url,
             "sglang_port": sglang_port,
             "sglang_model_id": sglang_model_id,
+            "sglang_flag_value": sglang_flag_value,
             "sglang_spec_summary": sglang_spec_summary,
         }

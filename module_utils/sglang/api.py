@@ -85,8 +85,13 @@ def call(base_url: str, path: str, method: str = "GET", payload=None, api_key: s
 
 @dataclass
 class StreamResult:
+    """text: the answer (delta.content, or a completion's text); reasoning: delta.reasoning_content, which SGLang
+    streams apart when it runs a reasoning parser (srt/entrypoints/openai/serving_chat.py `_generate_chat_stream`);
+    chunks: the chunks that carried either; finish_reason: the last one a choice gave."""
     text: str = ""
+    reasoning: str = ""
     chunks: int = 0
+    finish_reason: str | None = None
     ttft: float | None = None
     elapsed: float = 0.0
     usage: dict | None = None
@@ -95,7 +100,8 @@ class StreamResult:
 
 
 def stream(base_url: str, path: str, payload: dict, api_key: str | None = None, timeout: float = 60.0) -> StreamResult:
-    """POST with stream=true and read the SSE reply: text (concatenated deltas), TTFT, usage."""
+    """POST with stream=true and read the SSE reply: text and reasoning (concatenated deltas), TTFT (the first chunk
+    of either), usage, finish reason."""
     out = StreamResult()
     started = time.monotonic()
     conn, prefix = _connect(base_url, timeout)
@@ -121,12 +127,16 @@ def stream(base_url: str, path: str, payload: dict, api_key: str | None = None, 
             if chunk.get("usage"):
                 out.usage = chunk["usage"]
             for choice in chunk.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
-                if piece:
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") or choice.get("text") or ""
+                thought = delta.get("reasoning_content") or ""
+                if piece or thought:
                     if out.ttft is None:
                         out.ttft = time.monotonic() - started
                     out.text += piece
+                    out.reasoning += thought
                     out.chunks += 1
+                out.finish_reason = choice.get("finish_reason") or out.finish_reason
     except (OSError, http.client.HTTPException, ValueError) as exc:
         out.error = _classify(exc) if not isinstance(exc, ValueError) else f"bad SSE data: {exc}"
     finally:

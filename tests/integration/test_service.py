@@ -206,6 +206,36 @@ def test_garbage_output_fails_the_smoke_test_showing_outputs(fault_results):
     assert "U+FFFD" in failure["msg"] and failure["answers"][0]["output"].startswith("\ufffd")
 
 
+SMOKE_TASK = "Known-answer prompts, degenerate-output check, tool call, tok/s and accept length"
+
+
+def test_production_parsers_on_the_standin_think_call_tools_and_pass_the_smoke(deployed, lab):
+    """group_vars/all gives every host Kimi K2.6's --reasoning-parser and --tool-call-parser kimi_k2: the stand-in
+    thinks before each answer and writes Kimi's tool-call markup; the deployment's smoke read the answers past the
+    thinking and got a parsed get_weather call (no extra playbook run: the module's deployment)."""
+    for host in (B300, CT200):
+        unit = lab.ssh(host, "cat /etc/systemd/system/sglang.service").stdout
+        assert "--tool-call-parser kimi_k2" in unit and "--reasoning-parser kimi_k2" in unit
+        smoke = deployed.result(SMOKE_TASK, host)
+        assert [a["output"] for a in smoke["answers"]] == ["Paris", "42", "blue harbour lantern"]
+        assert all(a["reasoning_chars"] > 0 for a in smoke["answers"]), smoke["answers"]
+        call = smoke["tool_call"]
+        assert call["verdict"] == "ok" and call["finish_reason"] == "tool_calls", call
+        assert call["tool_calls"][0]["id"] == "functions.get_weather:0"
+        # the lab model has no chat template: no switch to send, so each request had the thinking budget
+        assert smoke["thinking_switch"]["chat_template_kwargs"] == {}
+
+
+def test_a_model_that_never_stops_thinking_fails_the_smoke_naming_it(deployed, lab):
+    run = service(lab, limit=CT200, env={"SGLANG_STANDIN_FAULT": "think_forever"},
+                  sglang_service_smoke_thinking_tokens=64)
+    failure = failed_task(run)
+    assert failure["task"] == SMOKE_TASK, failure
+    assert "the model was still thinking when max_tokens=96 ran out: reasoning_content " in failure["msg"]
+    assert "chars, content empty" in failure["msg"] and "empty output" not in failure["msg"]
+    assert "tool call (kimi_k2): the model was still thinking when max_tokens=192 ran out" in failure["msg"]
+
+
 def test_restart_race_never_reports_ready_from_the_old_process(fault_results, lab):
     slow = {"SGLANG_STANDIN_FAULT": "slow_shutdown", "SGLANG_STANDIN_SHUTDOWN_S": "4"}
     first = service(lab, env=slow)  # also recovers b300-lab from the hung start the fault matrix left

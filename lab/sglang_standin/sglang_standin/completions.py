@@ -1,5 +1,5 @@
-"""The generation endpoints, as real SGLang 0.5.11 answers them: OpenAI's /v1/completions and /v1/chat/completions
-and SGLang's own /generate, streamed (server-sent events, one chunk per token or verify step) or not.
+"""The generation endpoints, as real SGLang 0.5.11 answers them: OpenAI's /v1/completions (its /v1/chat/completions:
+chat.py) and SGLang's own /generate, streamed (server-sent events, one chunk per token or verify step) or not.
 
 GenerationRoutes is a mixin of the request handler (http_handler.Handler): it uses the handler's state and args and
 its answer plumbing (_send, _error, _start_stream, _chunk, _end_stream)."""
@@ -15,7 +15,7 @@ from sglang_standin.decoding import plan_decode, spec_figures, token_id
 
 
 class GenerationRoutes:
-    """POST /v1/completions, /v1/chat/completions and /generate (do_POST of the handler routes here)."""
+    """POST /v1/completions and /generate (do_POST of the handler routes here)."""
 
     def _model_check(self, body) -> bool:
         model = body.get("model")
@@ -24,62 +24,37 @@ class GenerationRoutes:
             return False
         return True
 
-    def _complete(self, body, prompt: str, chat: bool, ptoks: Optional[int] = None):
-        """OpenAI completions / chat completions with real 0.5.11's fields (matched_stop, reasoning_content,
-        tool_calls, usage.reasoning_tokens, metadata.weight_version; streamed: a role chunk first for chat, the
-        finish reason on the last token's chunk (chat: an empty delta), then a usage chunk with no choices)."""
+    def _complete(self, body, prompt: str, ptoks: Optional[int] = None):
+        """OpenAI /v1/completions with real 0.5.11's fields (matched_stop, usage.reasoning_tokens,
+        metadata.weight_version; streamed: the finish reason on the last token's chunk, then a usage chunk with no
+        choices). /v1/chat/completions: chat.py."""
         if not self._model_check(body):
             return None
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 128)
         toks = engine.tokens_for(prompt, max_tokens, garbage=self.state.fault == "garbage")
         ptoks = ptoks if ptoks is not None else engine.count_prompt_tokens(prompt)
         rid = uuid.uuid4().hex
-        obj = "chat.completion" if chat else "text_completion"
         finish = "length" if len(toks) >= max_tokens else "stop"
         decode = plan_decode(self.state.spec, prompt, toks, stopped=finish == "stop")
         matched = EOS_TOKEN_ID if finish == "stop" else None
-        created = int(time.time())
-        head = {"id": rid, "object": obj + (".chunk" if chat else ""), "created": created, "model": self.args.model_id}
+        head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": self.args.model_id}
         if body.get("stream"):
             self._start_stream()
-            if chat:
-                self._chunk({**head, "choices": [{"index": 0, "delta": {
-                    "reasoning_content": None, "role": "assistant", "content": ""}, "logprobs": None,
-                    "finish_reason": None, "matched_stop": None}]})
             for i, group in enumerate(self.state.generate(decode, ptoks)):
-                last, tok = i == len(decode.groups) - 1, "".join(group)
-                if chat:
-                    self._chunk({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None,
-                                                                            "content": tok}, "logprobs": None,
-                                                      "finish_reason": None, "matched_stop": None}]})
-                else:
-                    self._chunk({**head, "choices": [{"index": 0, "text": tok, "logprobs": None,
-                                                      "finish_reason": finish if last else None,
-                                                      "matched_stop": matched if last else None}],
-                                 "usage": None})
-            if chat:
-                self._chunk({**head, "choices": [{"index": 0, "delta": {"reasoning_content": None},
-                                                  "logprobs": None, "finish_reason": finish,
-                                                  "matched_stop": matched}]})
+                last = i == len(decode.groups) - 1
+                self._chunk({**head, "choices": [{"index": 0, "text": "".join(group), "logprobs": None,
+                                                  "finish_reason": finish if last else None,
+                                                  "matched_stop": matched if last else None}],
+                             "usage": None})
             if (body.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": ptoks, "total_tokens": ptoks + len(toks),
-                         "completion_tokens": len(toks)}
-                if chat:
-                    usage["prompt_tokens_details"] = None
-                usage["reasoning_tokens"] = 0
-                self._chunk({**head, "choices": [], "usage": usage})
+                self._chunk({**head, "choices": [], "usage": {"prompt_tokens": ptoks, "total_tokens": ptoks + len(toks),
+                                                              "completion_tokens": len(toks), "reasoning_tokens": 0}})
             return self._end_stream()
         text = "".join(t for group in self.state.generate(decode, ptoks) for t in group)
-        choice: dict = {"index": 0}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
-                                 "tool_calls": None}
-        else:
-            choice["text"] = text
-        choice.update(logprobs=None, finish_reason=finish, matched_stop=matched)
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
         usage = {"prompt_tokens": ptoks, "total_tokens": ptoks + len(toks), "completion_tokens": len(toks),
                  "prompt_tokens_details": None, "reasoning_tokens": 0}
-        return self._send(200, {**head, "object": obj, "choices": [choice], "usage": usage,
+        return self._send(200, {**head, "choices": [choice], "usage": usage,
                                 "metadata": {"weight_version": WEIGHT_VERSION}})
 
     def _generate(self, body):

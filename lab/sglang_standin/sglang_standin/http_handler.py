@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang_standin import __version__, engine
 from sglang_standin.api_version import HAS_READY, OPEN_PREFIXES
+from sglang_standin.chat import ChatRoutes
 from sglang_standin.completions import GenerationRoutes
 from sglang_standin.introspection import (loads_answer, metrics_text, model_info_answer, models_answer,
                                           server_info_answer)
@@ -19,7 +20,7 @@ from sglang_standin.server_args import ServerArgs
 from sglang_standin.serving_state import State
 
 
-class Handler(GenerationRoutes, BaseHTTPRequestHandler):
+class Handler(GenerationRoutes, ChatRoutes, BaseHTTPRequestHandler):
     """The stand-in's HTTP API; make_handler(state) gives the subclass bound to one server's state."""
 
     state: State
@@ -131,12 +132,10 @@ class Handler(GenerationRoutes, BaseHTTPRequestHandler):
         except ValueError as exc:
             return self._error(400, f"invalid JSON body: {exc}")
         if path == "/v1/chat/completions":
-            messages = body.get("messages") or []
-            prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-            return self._complete(body, prompt, chat=True)
+            return self._chat(body)
         if path == "/v1/completions":
             prompt, ptoks = engine.prompt_of(body.get("prompt", ""))
-            return self._complete(body, prompt, chat=False, ptoks=ptoks)
+            return self._complete(body, prompt, ptoks=ptoks)
         if path == "/generate":
             return self._generate(body)
         return self._not_found()

@@ -180,3 +180,17 @@ def test_model_id_prefers_served_name():
 def test_filter_module_exports():
     assert {"sglang_argv", "sglang_flag_problems", "sglang_exec_args", "sglang_environment", "sglang_validate"} <= set(
         f.FilterModule().filters())
+
+
+def test_flag_value_is_what_the_argv_gives_the_flag():
+    server = {"model_path": "/srv/models/Kimi-K2.6", "tool_call_parser": "kimi_k2", "reasoning_parser": "kimi_k2",
+              "trust_remote_code": True}
+    argv = f.sglang_argv(server, None, {"--reasoning-parser": "qwen3"}, "0.5.11")
+    assert argv[argv.index("--tool-call-parser") + 1] == "kimi_k2"
+    assert f.sglang_flag_value(server, "--tool-call-parser") == "kimi_k2"
+    # an extra arg comes later in the argv, so the parser keeps it (either spelling of its key)
+    assert f.sglang_flag_value(server, "--reasoning-parser", {"--reasoning-parser": "qwen3"}) == "qwen3"
+    assert f.sglang_flag_value(server, "--reasoning-parser", {"reasoning_parser": "qwen3"}) == "qwen3"
+    assert f.sglang_flag_value(server, "--model-path") == "/srv/models/Kimi-K2.6"
+    assert f.sglang_flag_value({"model_path": "/m"}, "--tool-call-parser") == ""
+    assert f.sglang_flag_value({"tool_call_parser": None}, "--tool-call-parser", None) == ""

@@ -89,3 +89,86 @@ def test_min_tok_s_enforced():
         srv.wait_for_line("fired up")
         out = sm.run(srv.url, "/m", prompts=[], throughput_tokens=10, min_tok_s=100000)
     assert any("below the minimum" in f for f in out["failures"])
+
+
+# ---- reasoning models (Kimi K2.6 behind --reasoning-parser / --tool-call-parser kimi_k2)
+
+KIMI = ["--model-path", "/m", "--reasoning-parser", "kimi_k2", "--tool-call-parser", "kimi_k2",
+        "--grammar-backend", "none"]
+
+
+def test_smoke_passes_on_a_thinking_model_with_tool_calls():
+    with LocalServer(KIMI, env=FAST) as srv:
+        srv.wait_for_line("fired up")
+        out = sm.run(srv.url, "/m", throughput_tokens=20, reasoning_parser="kimi_k2", tool_call_parser="kimi_k2")
+    assert out["ok"], out["failures"]
+    assert [a["output"] for a in out["answers"]] == ["Paris", "42", "blue harbour lantern"]
+    assert all(a["reasoning_chars"] > 0 and a["max_tokens"] == 32 + 1024 for a in out["answers"])
+    assert out["tool_call"]["verdict"] == "ok" and out["tool_call"]["finish_reason"] == "tool_calls"
+    assert out["completion_tokens"] == 20 and out["throughput_output"].startswith("The user asks")
+
+
+def test_the_old_content_only_smoke_saw_empty_output_on_a_thinking_model():
+    """What the smoke did before: max_tokens 32, message.content only: the thinking eats the budget, content is
+    None, and the degenerate check can only say "empty"."""
+    with LocalServer(KIMI, env=dict(FAST, SGLANG_STANDIN_THINK_TOKENS="40")) as srv:
+        srv.wait_for_line("fired up")
+        resp = sm.sglang_http.call(srv.url, "/v1/chat/completions", "POST", {
+            "model": "/m", "messages": [{"role": "user", "content": DEFAULT_PROMPT}], "temperature": 0,
+            "max_tokens": 32})
+        now = sm.run(srv.url, "/m", prompts=[{"prompt": DEFAULT_PROMPT, "expect": "Paris"}], throughput_tokens=0,
+                     reasoning_parser="kimi_k2")
+    old_text = resp.json()["choices"][0]["message"]["content"] or ""
+    assert degenerate(old_text) == "empty output"
+    assert now["ok"], now["failures"]
+
+
+DEFAULT_PROMPT = sm.DEFAULT_PROMPTS[0]["prompt"]
+
+
+def test_thinking_only_fails_named_not_as_empty_output():
+    with LocalServer(KIMI, env=dict(FAST, SGLANG_STANDIN_FAULT="think_forever")) as srv:
+        srv.wait_for_line("fired up")
+        out = sm.run(srv.url, "/m", throughput_tokens=0, reasoning_parser="kimi_k2", tool_call_parser="kimi_k2",
+                     thinking_tokens=40)
+    assert not out["ok"]
+    verdicts = [a["verdict"] for a in out["answers"]]
+    assert all(v.startswith("the model was still thinking when max_tokens=72 ran out: reasoning_content ")
+               and v.endswith(" chars, content empty") for v in verdicts), verdicts
+    assert not any("empty output" in f for f in out["failures"])
+    assert out["tool_call"]["verdict"].startswith("the model was still thinking when max_tokens=168")
+
+
+def test_template_switch_is_sent_and_the_budget_stays_small():
+    with LocalServer(KIMI, env=FAST) as srv:
+        srv.wait_for_line("fired up")
+        out = sm.run(srv.url, "/m", throughput_tokens=10, reasoning_parser="kimi_k2", tool_call_parser="kimi_k2",
+                     template_kwargs={"thinking": False})
+    assert out["ok"], out["failures"]
+    assert all(a["reasoning_chars"] == 0 and a["max_tokens"] == 32 for a in out["answers"])
+    assert out["tool_call"]["max_tokens"] == 128 and out["tool_call"]["reasoning_chars"] == 0
+
+
+def test_no_tool_call_request_without_a_tool_call_parser():
+    with LocalServer(["--model-path", "/m"], env=FAST) as srv:
+        srv.wait_for_line("fired up")
+        out = sm.run(srv.url, "/m", throughput_tokens=0)
+    assert out["ok"] and out["tool_call"] is None
+
+
+def test_tool_call_parser_named_but_server_parses_none_fails_naming_the_content():
+    with LocalServer(["--model-path", "/m"], env=FAST) as srv:  # the markup stays in content
+        srv.wait_for_line("fired up")
+        out = sm.run(srv.url, "/m", prompts=[], throughput_tokens=0, tool_call_parser="kimi_k2")
+    assert out["tool_call"]["verdict"].startswith("no tool_calls in the reply (finish_reason 'stop', content ")
+    assert "<|tool_calls_section_begin|>" in out["failures"][0]
+
+
+def test_streamed_reasoning_deltas_are_read_apart():
+    with LocalServer(KIMI, env=FAST) as srv:
+        srv.wait_for_line("fired up")
+        st = sm.sglang_http.stream(srv.url, "/v1/chat/completions", {
+            "model": "/m", "messages": [{"role": "user", "content": DEFAULT_PROMPT}], "max_tokens": 64})
+    assert st.text == "Paris" and st.reasoning.startswith("The user asks:") and st.finish_reason == "stop"
+    # 24 thought chunks and the answer's (the parser's answer to the <think> and </think> increments is empty)
+    assert st.chunks == 25 and st.ttft is not None
