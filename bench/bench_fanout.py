@@ -34,8 +34,8 @@ LAB = "bench-fleet"
 INVENTORY = "inventory/fleet-lab"
 HUB_MBPS = 2.0  # MB/s, the test Hub's total (its rate_mbps)
 LINK_MBIT = 100  # Mbit/s each way per host
-REPOS = ["bench/Kimi-K2.6-tiny:shards=6,shard_size=8MiB", "bench/DFlash-tiny:shards=1,shard_size=4MiB"]
-MODELS = [("Kimi-K2.6", "bench/Kimi-K2.6-tiny"), ("Kimi-K2.6-DFlash-tmp-long", "bench/DFlash-tiny")]
+REPOS = ["bench/Kimi-K2.6:shards=6,shard_size=8MiB", "bench/Kimi-K2.6-DFlash:shards=1,shard_size=4MiB"]
+MODELS = [("Kimi-K2.6", "bench/Kimi-K2.6"), ("Kimi-K2.6-DFlash", "bench/Kimi-K2.6-DFlash")]  # dir = repo's name part
 MODELS_ROOT = "/srv/bench-fleet-models"
 SIZES = (2, 4, 6)
 # Transfer settings of both modes. Six hosts x 2 lanes x 6 connections share the Hub's 2 MB/s in the baseline: with

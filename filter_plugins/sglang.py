@@ -15,6 +15,8 @@ extracted from the host's own venv), read by module_utils/sglang/schema.py.
     sglang_port(server)                            -> the port: its own, else SGLang's default from the schema
     sglang_model_id(server)                        -> the id /v1/models must list
     sglang_flag_value(server, flag, extra_args)    -> the value the argv gives one flag ("" when none)
+    sglang_drafter_expectation(argv, schema)       -> {} or the DFlash drafter's path and the block size the server
+                                                      would run, with its source (module_utils/sglang/drafter.py)
 
 Structured keys name flags, not argparse dests (which differ between versions: 0.5.11's dest for --tp-size is
 tensor_parallel_size): a server key `tp_size` is the flag `--tp-size`; a speculative key `k` is `--speculative-<k>`,
@@ -40,6 +42,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
 from ansible.module_utils.sglang import rules as rules_lib  # noqa: E402
 from ansible.module_utils.sglang import endpoint  # noqa: E402
+from ansible.module_utils.sglang import drafter as drafter_lib  # noqa: E402
 from ansible.module_utils.sglang import schema as schema_lib  # noqa: E402
 from ansible.module_utils.sglang.speculative import algorithm, flag_candidates, summary_from_config  # noqa: E402
 
@@ -265,6 +268,12 @@ def sglang_spec_summary(speculative: dict | None, server: dict | None = None) ->
     return summary_from_config(speculative, server)
 
 
+def sglang_drafter_expectation(argv: list, schema=None) -> dict:
+    """What the host's drafter check compares (library/sglang_drafter_check.py): {} when the argv's algorithm drafts
+    no DFlash blocks, else {algorithm, draft_model_path, block_size (None: the drafter's own), source}."""
+    return drafter_lib.expectation(argv, flag_schema(schema))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -279,4 +288,5 @@ class FilterModule:
             "sglang_model_id": sglang_model_id,
             "sglang_flag_value": sglang_flag_value,
             "sglang_spec_summary": sglang_spec_summary,
+            "sglang_drafter_expectation": sglang_drafter_expectation,
         }

@@ -21,8 +21,10 @@ from lab.system import pid_alive
 LAB_SERVICES = {
     "testhub": (8090, ["lab.testhub", "--bind", "{gateway}", "--port", "{port}", "--file-port", "8091",
                        "--seed", "0", "--ready-file", "{dir}/testhub.ready",
-                       "--repo", "demo/Kimi-K2.6-tiny:shards=4,shard_size=8MiB",
-                       "--repo", "demo/Kimi-K2.6-DFlash-tiny:shards=1,shard_size=4MiB",
+                       # the real pair's name parts (a model directory names its repo); the drafter's block size
+                       # is the nvlink profile's (group_vars/nvlink/sglang_service.yml), checked before every restart
+                       "--repo", "demo/Kimi-K2.6:shards=4,shard_size=8MiB",
+                       "--repo", "demo/Kimi-K2.6-DFlash:shards=1,shard_size=4MiB,block_size=8",
                        "--repo", "lab/sharegpt-mini:type=dataset"]),
     # The operator's SGLang "fork" for the venv role's clone route (lab/gitfork.py): the stand-in with the lab's DDTree
     # patch committed, built from the working tree at start (fixed identity and dates: a stable sha), a bare repo

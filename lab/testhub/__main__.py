@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repo", action="append", default=[],
                     help='"org/name[:type=model|dataset,shards=N,shard_size=1GiB,small=false,'
-                         'hostile=dotdot|absolute|size_lie]"; repeatable; default: the built-in small set (with the '
+                         'hostile=dotdot|absolute|size_lie,block_size=N]"; repeatable (block_size: a DFlash drafter\'s '
+                         'config.json); default: the built-in small set (with the '
                          "dataset lab/sharegpt-mini). A dataset (type=dataset) holds README.md and sharegpt_mini.json "
                          "(ShareGPT format) unless small=false, plus N seeded data/shard-*.bin (default 0)")
     ap.add_argument("--page-size", type=int, default=50, help="tree entries per page (Link rel=next paging)")

@@ -148,10 +148,13 @@ def _key(seed: int, repo_id: str, path: str) -> int:
 
 def build_repo(seed: int, block: bytes, cache: HashCache, repo_id: str, spec: dict) -> Repo:
     """spec keys: type ("model" default, or "dataset"), shards (int), shard_size (bytes), small (bool, default
-    true), hostile ("dotdot", "absolute", "size_lie"), lfs_threshold (bytes).
+    true), hostile ("dotdot", "absolute", "size_lie"), lfs_threshold (bytes), block_size (int: a DFlash drafter).
 
     A model has config.json, an empty README.md, tokenizer/tokenizer.json, sub/dir/nested.bin (small) and `shards`
-    safetensors (default 2). A dataset has README.md (a dataset card) and sharegpt_mini.json (a real ShareGPT-format
+    safetensors (default 2). With block_size its config.json is a DFlash drafter's: architectures DFlashDraftModel
+    and the block size both top-level and in dflash_config, as a real drafter carries it (SGLang reads
+    dflash_config.block_size, else the top-level one: sglang/srt/speculative/dflash_utils.py
+    parse_dflash_draft_config). A dataset has README.md (a dataset card) and sharegpt_mini.json (a real ShareGPT-format
     conversation list, LFS, see datasets.py) (small) and `shards` seeded LFS files data/shard-NNNNN-of-NNNNN.bin
     (default 0)."""
     repo_type = spec.get("type", "model")
@@ -168,7 +171,12 @@ def build_repo(seed: int, block: bytes, cache: HashCache, repo_id: str, spec: di
         for i in range(shards):
             files.append((f"data/shard-{i + 1:05d}-of-{shards:05d}.bin", shard_size + i, True, None))
     elif spec.get("small", True):
-        cfg = json.dumps({"architectures": ["TestForCausalLM"], "seed": seed, "repo": repo_id}, indent=2).encode()
+        config = {"architectures": ["TestForCausalLM"], "seed": seed, "repo": repo_id}
+        if spec.get("block_size") is not None:
+            draft_block = int(spec["block_size"])
+            config.update(architectures=["DFlashDraftModel"], block_size=draft_block,
+                          dflash_config={"block_size": draft_block})
+        cfg = json.dumps(config, indent=2).encode()
         files += [
             ("config.json", len(cfg), False, cfg),
             ("README.md", 0, False, None),  # 0-byte file
@@ -215,14 +223,15 @@ DEFAULT_REPOS = {
 
 
 def parse_repo_arg(text: str) -> tuple[str, dict]:
-    """"org/name", "org/name:shards=8,shard_size=1GiB,small=false" or "org/name:type=dataset[,shards=N,...]"."""
+    """"org/name", "org/name:shards=8,shard_size=1GiB,small=false", "org/name:block_size=8" (a DFlash drafter) or
+    "org/name:type=dataset[,shards=N,...]"."""
     name, _, rest = text.partition(":")
     spec: dict = {}
     for part in filter(None, rest.split(",")):
         k, _, v = part.partition("=")
         if k == "shard_size":
             spec[k] = parse_size(v)
-        elif k == "shards":
+        elif k in ("shards", "block_size"):
             spec[k] = int(v)
         elif k == "small":
             spec[k] = v.lower() in ("1", "true", "yes")

@@ -23,8 +23,8 @@ INVENTORY = "inventory/fleet-lab"
 PLAYBOOK = "playbooks/models.yml"
 ROOT = Path(__file__).resolve().parents[2]
 MODELS_ROOT = "/srv/fleet-models"
-REPOS = ["fleet/Kimi-K2.6-tiny:shards=6,shard_size=4MiB", "fleet/DFlash-tiny:shards=1,shard_size=3MiB"]
-MODELS = [("Kimi-K2.6", "fleet/Kimi-K2.6-tiny"), ("Kimi-K2.6-DFlash-tmp-long", "fleet/DFlash-tiny")]
+REPOS = ["fleet/Kimi-K2.6:shards=6,shard_size=4MiB", "fleet/Kimi-K2.6-DFlash:shards=1,shard_size=3MiB"]
+MODELS = [("Kimi-K2.6", "fleet/Kimi-K2.6"), ("Kimi-K2.6-DFlash", "fleet/Kimi-K2.6-DFlash")]  # dir = repo's name part
 SEEDER = FLEET_HOSTS[0]
 RECEIVERS = FLEET_HOSTS[1:]
 PLAN = "Show the fan-out plan (who feeds whom)"

@@ -72,8 +72,8 @@ def test_up_is_real_idempotent_and_down_leaves_nothing():
         assert all(h["ssh"] for h in report["hosts"].values())
         assert report["services"]["testhub"]["running"]
         # The lab's test Hub answers the hosts on the gateway, without the proxy.
-        hub = lab.ssh("b300-lab", f"curl -s --noproxy '*' {state['services']['testhub']['url']}/api/models/demo/Kimi-K2.6-tiny/revision/main")
-        assert json.loads(hub.stdout)["id"] == "demo/Kimi-K2.6-tiny"
+        hub = lab.ssh("b300-lab", f"curl -s --noproxy '*' {state['services']['testhub']['url']}/api/models/demo/Kimi-K2.6/revision/main")
+        assert json.loads(hub.stdout)["id"] == "demo/Kimi-K2.6"
     finally:
         lab.down(log=lambda *_: None)
     assert _footprint(lab) == before

@@ -62,7 +62,7 @@ def test_check_mode_then_converge_then_noop_on_both_hosts(lab, playbook):
     # progress lines (percent, rate, ETA) reached the play output
     assert "100.0%" in run.stdout and "ETA" in run.stdout and "MiB/s" in run.stdout
     for host in ("b300-lab", "ct200-lab"):
-        for model in ("Kimi-K2.6", "Kimi-K2.6-DFlash-tmp-long"):
+        for model in ("Kimi-K2.6", "Kimi-K2.6-DFlash"):
             manifest = json.loads(sh(lab, host, f"cat /srv/models/{model}/.hf_model/manifest.json"))
             on_disk = remote_sha256(lab, host, f"/srv/models/{model}")
             assert {f"./{p}": r["sha256"] for p, r in manifest["files"].items()} == on_disk
@@ -95,7 +95,7 @@ def test_check_mode_on_a_fresh_host_reports_bytes_to_fetch_then_nothing_after_a_
         m = CHECK_MSG.match(r["msg"])
         assert m and int(m.group(1)) == r["files_to_fetch"] and m.group(2) == name and m.group(3) == r["endpoint"], \
             r["msg"]
-    assert names == {"Kimi-K2.6", "Kimi-K2.6-DFlash-tmp-long"}
+    assert names == {"Kimi-K2.6", "Kimi-K2.6-DFlash"}
     assert check.result("Create the models root", host)["changed"]
     assert check.changed_count(host) >= 2  # the models root + the fetch (the tool venv was left in place)
     # nothing was written on the host
@@ -129,7 +129,7 @@ def test_hostile_hub_is_refused(lab, playbook, gateway, repo, needle):
     repos = ["h/dotdot:shards=1,hostile=dotdot", "h/abs:shards=1,hostile=absolute", "h/lie:shards=1,hostile=size_lie"]
     with own_hub(gateway, seed=3, repos=repos) as hub:
         sh(lab, "b300-lab", "rm -rf /srv/itest-models")
-        run = playbook(PLAYBOOK, limit="b300-lab", extravars=models_vars(hub, [("evil", repo)]))
+        run = playbook(PLAYBOOK, limit="b300-lab", extravars=models_vars(hub, [(repo.split("/")[1], repo)]))
         assert run.rc != 0 and needle in run.stdout, run.stdout[-3000:]
     # nothing escaped the model directory, nothing unverified was put in place
     assert sh(lab, "b300-lab", "test -e /etc/evil.json && echo yes || echo no") == "no"
@@ -150,10 +150,10 @@ def test_token_reaches_the_hub_but_no_file_other_users_can_read(lab, playbook, g
     token = "hf_itest_" + os.urandom(8).hex()
     with own_hub(gateway, seed=4, repos=["p/private:shards=1,shard_size=3MiB"], token=token) as hub:
         sh(lab, "b300-lab", "rm -rf /srv/itest-models")
-        denied = playbook(PLAYBOOK, limit="b300-lab", extravars=models_vars(hub, [("priv", "p/private")]))
+        denied = playbook(PLAYBOOK, limit="b300-lab", extravars=models_vars(hub, [("private", "p/private")]))
         assert denied.rc != 0 and "RepoNotFound" in denied.stdout
         run = playbook(PLAYBOOK, limit="b300-lab", envvars={"HF_TOKEN": token},
-                       extravars=models_vars(hub, [("priv", "p/private")]))
+                       extravars=models_vars(hub, [("private", "p/private")]))
         assert run.rc == 0, run.stdout[-3000:]
         assert hub.stats()["file_auth_headers"] == 0  # the LFS file server never saw the token
     assert token not in run.stdout

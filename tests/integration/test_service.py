@@ -96,6 +96,19 @@ def test_flags_rejected_by_the_parser_leave_the_old_service_running(deployed, la
     assert lab.ssh(B300, "systemctl is-active sglang.service").stdout.strip() == "active"
 
 
+def test_a_drafter_made_for_another_block_size_is_refused_before_any_change(deployed, lab):
+    """The lab drafter (demo/Kimi-K2.6-DFlash from the test Hub, in the directory named after it) is made for block
+    size 8; the stand-in's parser accepts 16, the drafter check on the host refuses it naming both."""
+    pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
+    run = service(lab, sglang_service_speculative_overrides={"block_size": 16})
+    failure = failed_task(run)
+    assert failure["task"] == "The drafter is made for the block size the server would run (its config.json on the host)"
+    assert "the server would run block size 16 (--speculative-dflash-block-size 16 (the server's argv))" in failure["msg"]
+    assert "made for 8 (/srv/models/Kimi-K2.6-DFlash/config.json: dflash_config.block_size)" in failure["msg"]
+    assert run.stats().get("changed", {}).get(B300, 0) == 0
+    assert (main_pid(lab, B300), unit_digest(lab, B300)) == (pid, digest)
+
+
 def test_static_rules_refuse_before_any_change(deployed, lab):
     pid, digest = main_pid(lab, B300), unit_digest(lab, B300)
     run = service(lab, deploy_gpu_compute_capability="10.3", sglang_service_speculative_overrides={"budget": 16},

@@ -24,7 +24,7 @@ def resolve(value):
         return {k: resolve(v) for k, v in value.items()}
     if isinstance(value, str):
         return value.replace("{{ sglang_service_models_root }}", MODELS).replace(
-            "{{ sglang_service_draft_model_name }}", "Kimi-K2.6-DFlash-tmp-long")
+            "{{ sglang_service_draft_model_name }}", "Kimi-K2.6-DFlash")
     return value
 
 
@@ -71,8 +71,9 @@ def test_the_public_alternative_works_from_this_repo_alone():
     spec = resolve(alt["sglang_service_speculative_profile"])
     assert alt["venv_flavour"] == "upstream" and spec["algorithm"] == "DFLASH"
     assert sglang_validate(server, spec, ctx("nvlink", v, pinned_version(alt["venv_flavour"]))) == []
-    drafter = next(m for m in load("group_vars/all/models.yml")["models_list"] if m["name"] == "Kimi-K2.6-DFlash-tmp-long")
-    assert drafter["repo_id"] == "z-lab/Kimi-K2.6-DFlash" and re.match(r"^[0-9a-f]{40}$", drafter["revision"])
+    drafter = next(m for m in load("group_vars/all/models.yml")["models_list"] if m["name"] == "Kimi-K2.6-DFlash")
+    assert drafter["repo_id"] == "{{ deploy_draft_model_repo }}" and re.match(r"^[0-9a-f]{40}$", drafter["revision"])
+    assert load("group_vars/all/deploy.yml")["deploy_draft_model_repo"] == "z-lab/Kimi-K2.6-DFlash"
 
 
 def test_pcie_profile_is_clean_on_the_upstream_flavour():

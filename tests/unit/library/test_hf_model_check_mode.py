@@ -220,8 +220,8 @@ def test_role_check_mode_is_truthful_before_and_after_a_real_run(hub, tmp_path):
     root = tmp_path / "srv" / "models"
     tools = Path(sys.executable).parent.parent  # this venv has the pinned hf-transfer and huggingface-hub
     base = {"models_root": str(root), "models_hf_endpoint": hub.endpoint, "models_free_space_margin_mb": 0,
-            "models_list": [{"name": "Small", "repo_id": "t/small", "revision": "main"},
-                            {"name": "Draft", "repo_id": "t/draft", "revision": "main"}],
+            "models_list": [{"name": "small", "repo_id": "t/small", "revision": "main"},
+                            {"name": "draft", "repo_id": "t/draft", "revision": "main"}],
             "models_poll_interval": 1, "models_stall_timeout": 10, "models_async_timeout": 300,
             "models_chunk_size_mb": 1, "models_backoff": 0.1}
     fresh_venv = tmp_path / "opt" / "hf-tools"
@@ -231,7 +231,7 @@ def test_role_check_mode_is_truthful_before_and_after_a_real_run(hub, tmp_path):
     assert {"Create the tool venv", "Report the packages a real run would install into the tool venv (check mode)",
             "Create the models root", CHECK_FETCH} <= set(changed), changed
     per_model = {r["models_check_item"]["models_item"]["name"]: r for r in run.result(CHECK_FETCH)["results"]}
-    for name in ("Small", "Draft"):
+    for name in ("small", "draft"):
         r = per_model[name]
         assert r["changed"] and r["bytes_to_fetch"] == r["bytes_total"] > 0 and r["files_to_fetch"] == r["files_total"]
         assert MSG.match(r["msg"]) and f" of {name} from {hub.endpoint}" in r["msg"], r["msg"]
@@ -240,7 +240,7 @@ def test_role_check_mode_is_truthful_before_and_after_a_real_run(hub, tmp_path):
 
     run = playbook(tmp_path, dict(base, models_tools_venv=str(tools)))
     assert run.rc == 0, run.stdout[-4000:]
-    for name in ("Small", "Draft"):
+    for name in ("small", "draft"):
         manifest = json.loads((root / name / ".hf_model" / "manifest.json").read_text())
         assert len(manifest["files"]) >= 1 and len(manifest["revision"]) == 40
 
@@ -250,3 +250,25 @@ def test_role_check_mode_is_truthful_before_and_after_a_real_run(hub, tmp_path):
     assert run.changed_tasks() == [] and run.changed_count() == 0, run.changed_tasks()
     assert all(not r["changed"] and r["files_to_fetch"] == 0 for r in run.result(CHECK_FETCH)["results"])
     assert hub.stats()["bytes"] == 0
+
+
+def test_role_refuses_a_directory_named_after_another_repository_before_anything(hub, tmp_path):
+    """The hand deployment's lie: z-lab's public drafter in a directory named after the operator's own drafter. The
+    preflight names the entry, its repository and the name it must have; nothing is read from the Hub or written."""
+    pytest.importorskip("ansible_runner")
+    root = tmp_path / "srv" / "models"
+    run = playbook(tmp_path, {"models_root": str(root), "models_hf_endpoint": hub.endpoint,
+                              "models_tools_venv": str(tmp_path / "opt" / "hf-tools"),
+                              "models_list": [{"name": "small", "repo_id": "t/small", "revision": "main"},
+                                              {"name": "Kimi-K2.6-DFlash-tmp-long", "repo_id": "t/draft",
+                                               "revision": "main"}]})
+    assert run.rc != 0
+    failed = [ev["event_data"] for ev in run.events if ev.get("event") == "runner_on_failed"]
+    assert [f["task"] for f in failed] == ["Each model directory names the repository it holds "
+                                           "(module_utils/hf/model_dir.py)"], run.stdout[-3000:]
+    msg = failed[0]["res"]["msg"]
+    assert "'Kimi-K2.6-DFlash-tmp-long' holds t/draft" in msg and "must be named 'draft'" in msg, msg
+    assert "'small'" not in msg and "Nothing was fetched" in msg
+    assert not (tmp_path / "srv").exists() and not (tmp_path / "opt").exists()
+    stats = hub.stats()
+    assert stats["api"] == {} and stats["bytes"] == 0  # the Hub was never asked (its stats call is the one request)

@@ -287,3 +287,18 @@ def test_dataset_spec_with_seeded_shards():
         assert all(f.lfs and len(f.sha256) == 64 for f in files.values())
     finally:
         h.stop()
+
+
+def test_a_drafter_spec_carries_its_block_size_like_a_real_dflash_drafter():
+    """block_size=N makes config.json a DFlash drafter's: the block size top-level and in dflash_config, the two
+    places SGLang 0.5.11 reads it (sglang/srt/speculative/dflash_utils.py parse_dflash_draft_config)."""
+    assert parse_repo_arg("demo/D:shards=1,block_size=8") == ("demo/D", {"shards": 1, "block_size": 8})
+    h = TestHub(seed=1, repos={"demo/D": {"shards": 1, "block_size": 8}, "demo/T": {"shards": 1}})
+    try:
+        cfg = json.loads(bytes(h.repos["demo/D"].file("config.json").content.read(0, 1 << 20)))
+        assert cfg["architectures"] == ["DFlashDraftModel"]
+        assert cfg["block_size"] == 8 and cfg["dflash_config"] == {"block_size": 8}
+        plain = json.loads(bytes(h.repos["demo/T"].file("config.json").content.read(0, 1 << 20)))
+        assert "block_size" not in plain and "dflash_config" not in plain
+    finally:
+        h.stop()
