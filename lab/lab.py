@@ -6,8 +6,8 @@ machine per inventory host. Several labs (LAB_NAME) can run side by side; each o
 .lab/<name>/ and everything listed in its state.json, and `down` removes exactly that.
 
 This file is the Lab object that ties the parts together (its state file and the up/down/status verbs); the parts
-are lab/network.py (subnet, bridge, proxy), lab/rootfs.py, lab/services.py (test doubles on the gateway) and
-lab/machines.py (the nspawn hosts).
+are lab/network.py (subnet, bridge, proxy), lab/rootfs.py, lab/services.py (test doubles on the gateway),
+lab/machines.py (the nspawn hosts) and lab/gpu_daemons.py (stub GPU daemon units on them).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
-from lab import machines, network, services
+from lab import gpu_daemons, machines, network, services
 from lab.error import LabError
 from lab.host_sets import host_set
 from lab.machines import HostState
@@ -83,6 +83,11 @@ class Lab:
     def set_link(self, host: str, mbit: float, state: dict | None = None) -> dict:
         """Shape one host's link on the lab bridge to `mbit` Mbit/s each way; 0 removes the shaping (lab/machines.py)."""
         return machines.set_link(state or self.state(), host, mbit)
+
+    def gpu_daemon(self, host: str, unit: str, mode: str, state: dict | None = None) -> None:
+        """Put a stub GPU daemon (lab/gpu_daemons.py: nvidia-persistenced / nvidia-fabricmanager) of one host in
+        `mode`: present (running), absent (not installed) or failed. Lab fixtures only."""
+        self.ssh(host, gpu_daemons.state_command(unit, mode), state=state)
 
     def kill_host(self, host: str, state: dict | None = None) -> None:
         """Pull the plug: SIGKILL every process of the machine. `up()` boots it again afresh."""

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab import gpu_daemons
 from lab.error import LabError
 from lab.paths import CGROUP_PARENT, CGROUP_ROOTS
 from lab.system import pid_alive, run, unmount_under
@@ -47,7 +48,8 @@ def cgroup_pids(machine: str) -> set[int]:
 
 def prepare_host(name: str, index: int, state: dict, lower: Path, hostdir: Path, machine: str) -> HostState:
     """The host's root filesystem in hostdir: an overlay on `lower` with its own hostname, /etc/hosts (its peers
-    by name), host0 address, proxy settings, the lab's SSH key and freshly made host keys."""
+    by name), host0 address, proxy settings, the lab's SSH key, freshly made host keys and the stub GPU daemons
+    (lab/gpu_daemons.py)."""
     net = ipaddress.ip_network(state["subnet"])
     address = str(list(net.hosts())[9 + index])
     if hostdir.exists():
@@ -82,6 +84,7 @@ def prepare_host(name: str, index: int, state: dict, lower: Path, hostdir: Path,
     auth.write_text(pub)
     os.chmod(auth, 0o600)
     run(["ssh-keygen", "-q", "-A", "-f", str(rootdir)])
+    gpu_daemons.install(rootdir)  # lab fixtures: stub nvidia-persistenced / nvidia-fabricmanager units
     return HostState(name=name, address=address, machine=machine, pid=0, rootdir=str(rootdir))
 
 

@@ -13,6 +13,9 @@ description:
     next to the live server nor slow it; the host's real GPU facts (name, compute capability, memory, count of the
     service's I(environment.CUDA_VISIBLE_DEVICES)) are read with C(nvidia-smi) and handed to torch.cuda instead.
   - Starts, writes and restarts nothing, so it also runs in check mode.
+  - "The subprocess runs in a private scratch home (HOME, XDG_CACHE_HOME, TRITON_CACHE_DIR and every other JIT
+    cache variable pointed into it; removed afterwards): the JIT caches an import of SGLang writes never land in the
+    service's home, owned by root."
   - On rejection it fails with the parser's own message (argparse's C(error:) line or the exception).
   - The API key is never passed; with I(with_api_key) a placeholder checks that C(--api-key) is accepted.
 options:

@@ -19,6 +19,7 @@ from ansible.module_utils.gpu.nvidia_smi import (
     GATE_FIELDS, HEALTH_FIELDS, TOPO_ARGS, NvidiaSmiParseError, parse_query_gpu, parse_topology, query_args,
     summarize_links, unknown_field)
 from ansible.module_utils.shipping.source import SourceError, module_source
+from ansible.module_utils.systemd import unit as systemd_unit
 
 # NVLink multicast (NVLS) stays off in every probe: on shared hosts it can take the GPUs out of service.
 PROBE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -89,23 +90,25 @@ def read_nvidia_smi(nvidia_smi, runner, timeout=60):
 def read_fabric_manager(systemctl, unit, runner, timeout=30):
     """The fabric manager's systemd unit: {"unit", "read", "load_state", "active_state", "sub_state", "error"}.
 
-    Runs `systemctl show UNIT -p LoadState -p ActiveState -p SubState` (ActiveState is what `systemctl
-    is-active` prints; LoadState=not-found = not installed). read=False with error when systemctl is missing
-    or cannot answer (a container without systemd as PID 1).
+    Read through module_utils/systemd/unit.py's show() (`systemctl show UNIT --property=...`; ActiveState is what
+    `systemctl is-active` prints; LoadState=not-found = not installed). read=False with error when systemctl is
+    missing or cannot answer (a container without systemd as PID 1).
     """
     info = {"unit": unit, "read": False, "load_state": None, "active_state": None, "sub_state": None, "error": None}
     binary = systemctl if os.path.sep in systemctl else shutil.which(systemctl)
     if not binary or not os.path.exists(binary):
         info["error"] = "systemctl not found (looked for %r)" % systemctl
         return info
-    rc, out, err = runner([binary, "show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "SubState"], timeout)
-    props = dict(line.split("=", 1) for line in (out or "").splitlines() if "=" in line)
-    if rc != 0 or not props.get("ActiveState"):
-        said = "; ".join(line.strip() for line in (err or out or "").splitlines() if line.strip())
-        info["error"] = "systemctl show %s failed rc=%s: %s" % (unit, rc, said[:300])
+    try:
+        state = systemd_unit.show(unit, run=lambda argv: runner(argv, timeout), systemctl=binary)
+    except systemd_unit.SystemdError as exc:
+        info["error"] = str(exc)[:400]
         return info
-    info.update(read=True, load_state=props.get("LoadState"), active_state=props.get("ActiveState"),
-                sub_state=props.get("SubState"))
+    if not state.active_state:
+        info["error"] = "systemctl show %s answered no ActiveState" % unit
+        return info
+    info.update(read=True, load_state=state.load_state, active_state=state.active_state,
+                sub_state=state.sub_state)
     return info
 
 

@@ -17,12 +17,19 @@ that really tries to use a GPU fails, because none is visible: the preflight can
 
 argparse rejections exit 2 with the parser's message on stderr; semantic checks raise (exit 1). Nothing is started,
 written or restarted. Stdlib only.
+
+The subprocess gets a scratch home of its own (a private temporary directory, removed afterwards) with every cache
+variable pointed into it: importing the real SGLang writes JIT caches under HOME even with no GPU visible (measured on
+an H200, SGLang 0.5.11, run as root with the service's HOME: `$HOME/.cache/flashinfer/0.6.8.post1/90a/` and
+`$HOME/.triton/cache/<hash>/cuda_utils...so`, owned by root, in the home the service user must write them to).
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 
 from ansible.module_utils.gpu.nvidia_smi import query_gpus
 
@@ -31,6 +38,32 @@ OK_MARKER = "SGLANG_PREFLIGHT_ACCEPTED"
 API_KEY_PLACEHOLDER = "preflight-placeholder-key"
 # The environment that hides every GPU from CUDA (and from a container runtime's hook).
 NO_GPU_ENV = {"CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "void", "HIP_VISIBLE_DEVICES": ""}
+# Where each cache the parser's import may write lands, relative to the scratch home (read in the real sources):
+# HOME: os.path.expanduser("~") in SGLang 0.5.11 srt/environ.py (SGLANG_CACHE_DIR, SGLANG_DG_CACHE_DIR defaults),
+#   srt/layers/deep_gemm_wrapper/compile_utils.py (DG_JIT_CACHE_DIR), srt/distributed/device_communicators/
+#   custom_all_reduce_utils.py (~/.cache/sglang); FlashInfer's jit/env.py (Path.home()/.cache/flashinfer);
+#   Triton's ~/.triton; apache-tvm-ffi's ~/.cache/tvm-ffi; the CUDA driver's ~/.nv/ComputeCache.
+# The variables that move them (each overrides a value the service's environment may set to its own home):
+SCRATCH_CACHE_ENV = {
+    "XDG_CACHE_HOME": ".cache",                  # torch (hub, extensions), SGLang's multimodal_gen/envs.py
+    "TRITON_HOME": ".",                          # Triton: ~/.triton (cache, dump, override)
+    "TRITON_CACHE_DIR": ".triton/cache",         # Triton kernels; srt/compilation/compiler_interface.py sets it too
+    "FLASHINFER_WORKSPACE_BASE": ".",            # FlashInfer: <base>/.cache/flashinfer/<version>/<arch>
+    "TVM_FFI_CACHE_DIR": ".cache/tvm-ffi",       # sgl-kernel's JIT kernels built through apache-tvm-ffi
+    "SGLANG_CACHE_DIR": ".cache/sglang",         # srt/environ.py Envs.SGLANG_CACHE_DIR
+    "SGLANG_DG_CACHE_DIR": ".cache/deep_gemm",   # srt/environ.py; compile_utils.py copies it to DG_JIT_CACHE_DIR
+    "DG_JIT_CACHE_DIR": ".cache/deep_gemm",      # DeepGEMM itself
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",  # torch inductor (default /tmp/torchinductor_<user>)
+    "TORCH_EXTENSIONS_DIR": ".cache/torch_extensions",
+    "CUDA_CACHE_PATH": ".nv/ComputeCache",       # the CUDA driver's PTX JIT cache
+}
+
+
+def scratch_env(home: str) -> dict:
+    """HOME and every cache variable of SCRATCH_CACHE_ENV inside `home`."""
+    env = {"HOME": home}
+    env.update({k: os.path.normpath(os.path.join(home, v)) for k, v in SCRATCH_CACHE_ENV.items()})
+    return env
 
 SNIPPET = r'''
 import importlib, json, os, sys, types
@@ -110,18 +143,22 @@ def check(python: str, module: str, argv: list[str], facts: dict | None = None, 
           timeout: float = 300.0, env: dict | None = None, run=subprocess.run) -> dict:
     """{"accepted": bool, "rc": int, "message": str (the complaint, or ""), "steps": [validation steps started]}"""
     cmd = command(python, module, argv, facts, with_api_key)
+    scratch = tempfile.mkdtemp(prefix="sglang-preflight-home-")  # 0700, this process's user's
     full_env = dict(os.environ)
     full_env.update(env or {})
+    full_env.update(scratch_env(scratch))
     full_env.update(NO_GPU_ENV)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     try:
-        proc = run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
+        proc = run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=scratch,
                    preexec_fn=lambda: os.nice(10))
     except FileNotFoundError:
         return {"accepted": False, "rc": 127, "message": f"{python} not found (is the venv installed?)", "steps": []}
     except subprocess.TimeoutExpired:
         return {"accepted": False, "rc": 124, "message": f"the parser did not answer within {timeout:.0f}s",
                 "steps": []}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     lines = proc.stdout.splitlines()
     steps = [ln.split(" ", 1)[1] for ln in lines if ln.startswith(OK_MARKER + "-STEP ")]
     accepted = proc.returncode == 0 and OK_MARKER in lines

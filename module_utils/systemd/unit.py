@@ -128,12 +128,57 @@ class StopTimeout(SystemdError):
         self.state = state
 
 
-def show(unit: str, run=default_run) -> UnitState:
-    argv = ["systemctl", "show", unit, "--no-pager"] + [f"--property={p}" for p in SHOW_PROPERTIES]
+def show(unit: str, run=default_run, systemctl: str = "systemctl") -> UnitState:
+    argv = [systemctl, "show", unit, "--no-pager"] + [f"--property={p}" for p in SHOW_PROPERTIES]
     rc, out, err = run(argv)
     if rc != 0:
         raise SystemdError(f"`{' '.join(argv[:3])}` failed (rc={rc}): {(err or '').strip()[-300:]}")
     return parse_show(unit, out)
+
+
+def split_blocks(text: str) -> list[str]:
+    """The per-unit blocks of a multi-unit `systemctl show` (KEY=VALUE lines; an empty line between units)."""
+    blocks, current = [], []
+    for line in text.splitlines():
+        if line.strip():
+            current.append(line)
+        elif current:
+            blocks.append("\n".join(current))
+            current = []
+    if current:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def parse_show_many(units: list[str], text: str) -> dict:
+    """{unit: UnitState} from `systemctl show U1 U2 ... -p Id -p ...`: one block per unit, in the order asked (a unit
+    systemd does not know still gets its block, LoadState=not-found). Never --value: without the KEY= names the
+    empty line between units is indistinguishable from a value, and values shift from one unit to the next.
+    SystemdError when the blocks do not match the units (count, or an Id that names another asked unit)."""
+    blocks = split_blocks(text)
+    if len(blocks) != len(units):
+        raise SystemdError(f"systemctl show answered {len(blocks)} block(s) for {len(units)} unit(s) {units}",
+                           output=text[-600:])
+    out = {}
+    for unit, block in zip(units, blocks):
+        state = parse_show(unit, block)
+        shown = state.raw.get("Id", "")
+        if shown and shown != unit and shown in units:
+            raise SystemdError(f"systemctl show answered unit {shown} where {unit} was asked", output=text[-600:])
+        out[unit] = state
+    return out
+
+
+def show_many(units: list[str], run=default_run, systemctl: str = "systemctl") -> dict:
+    """{unit: UnitState} of several units in one `systemctl show` (parse_show_many)."""
+    units = list(units)
+    if not units:
+        return {}
+    argv = [systemctl, "show", *units, "--no-pager"] + [f"--property={p}" for p in SHOW_PROPERTIES]
+    rc, out, err = run(argv)
+    if rc != 0:
+        raise SystemdError(f"`{systemctl} show {' '.join(units)}` failed (rc={rc}): {(err or '').strip()[-300:]}")
+    return parse_show_many(units, out)
 
 
 def systemctl(action: str, unit: str, run=default_run, no_block: bool = True) -> None:

@@ -9,6 +9,9 @@ times the fraction of its kernels that were missing or different. The files' nam
 configuration (attention backend, speculative settings, page size, tp, CUDA graphs, model), like content-addressed
 Triton entries: another configuration's cache is a miss. The same cache directory variables as the real libraries
 move them (TRITON_CACHE_DIR, FLASHINFER_WORKSPACE_BASE, TVM_FFI_CACHE_DIR, SGLANG_CACHE_DIR).
+
+Like the real one, importing the parser already writes under HOME (at_import: Triton's driver helper, FlashInfer's
+workspace), whoever imports it: run as root with the service's HOME, that is what left root-owned files there.
 """
 from __future__ import annotations
 
@@ -81,6 +84,31 @@ def _write(path: str, data: bytes) -> None:
     with open(tmp, "wb") as fh:
         fh.write(data)
     os.replace(tmp, path)
+
+
+def import_time_entries(home: str) -> list:
+    """[(path, bytes or None for a directory)]: what importing the parser writes under HOME before any server starts.
+    Real SGLang 0.5.11 did so with no GPU visible (measured on an H200: the target preflight, run as root with the
+    service's HOME, created `$HOME/.cache/flashinfer/0.6.8.post1/90a/` and `$HOME/.triton/cache/<hash>/cuda_utils...so`:
+    FlashInfer's versioned workspace and Triton's compiled driver helper)."""
+    r = roots(home)
+    helper = hashlib.sha256(f"cuda_utils:{__version__}".encode()).hexdigest()[:52].upper()
+    return [(os.path.join(r["flashinfer"], "standin", __version__, "workspace"), None),
+            (os.path.join(r["triton"], helper, "cuda_utils.standin.so"),
+             json.dumps({"standin_kernel": "cuda_utils", "kind": "triton-driver"}).encode() + b"\n")]
+
+
+def at_import() -> None:
+    """Write import_time_entries under HOME where missing, as the real import does (the stand-in parser's import
+    calls it: the preflight, the schema extractor and the server alike); an unwritable HOME is left alone."""
+    try:
+        for path, data in import_time_entries(os.path.expanduser("~")):
+            if data is None:
+                os.makedirs(path, exist_ok=True)
+            elif not _same(path, data):
+                _write(path, data)
+    except OSError:
+        pass
 
 
 def warm_up(args, compile_s: float, wait, log) -> bool:

@@ -18,6 +18,8 @@ import json
 import os
 from pathlib import Path
 
+from sglang_standin import jit_cache
+
 SCHEMA_PATH = Path(__file__).resolve().parent / "schema.json"
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 SGLANG_VERSION = SCHEMA["sglang_version"]
@@ -25,6 +27,9 @@ SGLANG_VERSION = SCHEMA["sglang_version"]
 FIELD_OF_DEST = {"tensor_parallel_size": "tp_size", "pipeline_parallel_size": "pp_size",
                  "data_parallel_size": "dp_size", "expert_parallel_size": "ep_size",
                  "attention_context_parallel_size": "attn_cp_size", "moe_data_parallel_size": "moe_dp_size"}
+
+# Importing the real parser writes JIT caches under HOME (Triton's driver helper, FlashInfer's workspace): so does this.
+jit_cache.at_import()
 
 try:  # added by a patch series (lab: roles/venv/files/patches/lab), absent in a plain install
     from sglang_standin import server_args_patch as _patch

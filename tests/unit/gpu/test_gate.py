@@ -15,6 +15,7 @@ from ansible.module_utils.gpu import probe as gpu_probe
 from ansible.module_utils.gpu.facts import collect
 from ansible.module_utils.gpu.gate import CHECK_NAMES, evaluate_gate
 from ansible.module_utils.gpu.nvidia_smi import GATE_FIELDS, HEALTH_FIELDS, parse_query_gpu
+from ansible.module_utils.systemd.unit import SHOW_PROPERTIES
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests" / "fixtures" / "nvidia-smi"
@@ -96,8 +97,9 @@ def test_healthy_b300_hgx_passes_with_fabric_and_fabric_manager_checked(bins):
     assert "GPU0-GPU7: fabric.state Completed, fabric.status Success" in by["fabric"]["found"]
     assert by["fabric_manager_service"]["found"] == (
         "nvidia-fabricmanager.service: LoadState=loaded ActiveState=active SubState=running")
-    assert systemctl_calls(host) == [[bins["systemctl"], "show", "nvidia-fabricmanager.service",
-                                      "-p", "LoadState", "-p", "ActiveState", "-p", "SubState"]]
+    # read through module_utils/systemd/unit.py, the one home of `systemctl show`
+    assert systemctl_calls(host) == [[bins["systemctl"], "show", "nvidia-fabricmanager.service", "--no-pager"]
+                                     + ["--property=%s" % p for p in SHOW_PROPERTIES]]
     assert res["gpu_facts"]["fabric_manager"]["active_state"] == "active"
     assert host.queries()[0] == list(GATE_FIELDS) and len(host.queries()) == 1    # one query for everything
     assert gate["warnings"] == []

@@ -115,3 +115,50 @@ def test_timeout_reported(tmp_path):
     out = pf.check(sys.executable, "slowparser", [], env={"PYTHONPATH": str(tmp_path)}, timeout=1)
     assert out["rc"] == 124 and "within 1s" in out["message"]
     assert os.path.exists(slow)
+
+
+CACHE_WRITER = '''
+import json, os, pathlib
+SEEN = {k: os.environ.get(k) for k in ["HOME", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TRITON_HOME",
+        "FLASHINFER_WORKSPACE_BASE", "TVM_FFI_CACHE_DIR", "SGLANG_CACHE_DIR", "SGLANG_DG_CACHE_DIR",
+        "DG_JIT_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH"]}
+SEEN["cwd"] = os.getcwd()
+# what real SGLang 0.5.11's import did on the H200: caches under ~ (here, under HOME and every variable)
+for d in [os.path.expanduser("~/.cache/flashinfer/0.6.8.post1/90a"), os.path.expanduser("~/.triton/cache/ab")] + \\
+        [v for k, v in SEEN.items() if k not in ("HOME", "cwd")]:
+    pathlib.Path(d).mkdir(parents=True, exist_ok=True)
+    (pathlib.Path(d) / "cuda_utils.so").write_text("x")
+def prepare_server_args(argv):
+    pathlib.Path(argv[0]).write_text(json.dumps(SEEN))
+'''
+
+
+def test_the_parser_runs_in_a_scratch_home_that_is_removed_afterwards(tmp_path):
+    """The service's HOME (and any cache variable it sets into it) never reaches the preflight: every cache the
+    import writes lands in a private scratch home, gone when the check returns."""
+    (tmp_path / "cachewriter.py").write_text(CACHE_WRITER)
+    home = tmp_path / "service-home"   # absent, like /var/lib/sglang before install
+    report = tmp_path / "seen.json"
+    out = pf.check(sys.executable, "cachewriter", [str(report)], timeout=60,
+                   env={"PYTHONPATH": str(tmp_path), "HOME": str(home), "TRITON_CACHE_DIR": str(home / "triton"),
+                        "XDG_CACHE_HOME": str(home / ".cache")})
+    assert out["accepted"], out
+    import json
+    seen = json.loads(report.read_text())
+    scratch = seen["HOME"]
+    assert os.path.basename(scratch).startswith("sglang-preflight-home-") and scratch != str(home)
+    assert seen["cwd"] == scratch
+    assert set(seen) - {"HOME", "cwd"} == set(pf.SCRATCH_CACHE_ENV)
+    assert all(v.startswith(scratch + os.sep) or v == scratch for v in seen.values()), seen
+    assert not home.exists()            # nothing under the service's home
+    assert not os.path.exists(scratch)  # and the scratch home is gone
+
+
+def test_the_scratch_home_is_removed_after_a_refusal_and_a_timeout(tmp_path, monkeypatch):
+    made = []
+    real = pf.tempfile.mkdtemp
+    monkeypatch.setattr(pf.tempfile, "mkdtemp", lambda **kw: made.append(real(**kw)) or made[-1])
+    (tmp_path / "slowparser.py").write_text("import time\ndef prepare_server_args(argv):\n    time.sleep(30)\n")
+    assert pf.check(sys.executable, "slowparser", [], env={"PYTHONPATH": str(tmp_path)}, timeout=1)["rc"] == 124
+    assert not pf.check(sys.executable, MODULE, ["--no-such-flag"], env=ENV, timeout=60)["accepted"]
+    assert len(made) == 2 and not any(os.path.exists(m) for m in made)

@@ -172,3 +172,47 @@ def test_the_peer_unit_asks_systemd_only_through_this_file():
     src = (ROOT / "module_utils" / "fanout" / "peer_unit.py").read_text()
     for spelled in ('"systemctl", "show"', '"journalctl"', '"reset-failed"', "--signal=SIGKILL"):
         assert spelled not in src, spelled
+
+
+def block(unit, load="loaded", active="active", sub="running", pid=0):
+    return (f"Id={unit}\nLoadState={load}\nActiveState={active}\nSubState={sub}\nMainPID={pid}\nInvocationID=\n"
+            f"NRestarts=0\nExecMainStatus=0\nExecMainCode=0\nExecMainPID={pid}\nResult=success\nControlGroup=\n")
+
+
+PM, FM = "nvidia-persistenced.service", "nvidia-fabricmanager.service"
+
+
+def test_parse_show_many_keeps_each_units_state_with_its_name():
+    """The bug this replaces: `--value` printed an empty line between units and the lines were zipped against the
+    names, so the fabric manager got the empty string. Each block is its unit's, whatever lies between."""
+    text = block(PM, pid=812) + "\n" + block(FM, load="not-found", active="inactive", sub="dead")
+    got = su.parse_show_many([PM, FM], text)
+    assert (got[PM].load_state, got[PM].active_state, got[PM].main_pid) == ("loaded", "active", 812)
+    assert (got[FM].load_state, got[FM].active_state, got[FM].sub_state) == ("not-found", "inactive", "dead")
+    assert got[PM].loaded and not got[FM].loaded
+    failed = su.parse_show_many([FM, PM], block(FM, active="failed", sub="failed") + "\n\n" + block(PM) + "\n")
+    assert failed[FM].active_state == "failed" and failed[PM].running is False and failed[PM].active_state == "active"
+
+
+def test_parse_show_many_refuses_an_answer_that_does_not_match_the_units():
+    with pytest.raises(su.SystemdError, match="1 block"):
+        su.parse_show_many([PM, FM], block(PM))
+    with pytest.raises(su.SystemdError, match=f"answered unit {FM} where {PM} was asked"):
+        su.parse_show_many([PM, FM], block(FM) + "\n" + block(PM))
+    alias = su.parse_show_many(["nvidia-fabricmanager"], block(FM))  # an Id systemd completed is still this unit
+    assert alias["nvidia-fabricmanager"].loaded
+
+
+def test_show_many_asks_once_with_key_value_output():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, block(PM) + "\n" + block(FM, load="not-found", active="inactive", sub="dead"), ""
+    got = su.show_many([PM, FM], run=run, systemctl="/bin/systemctl")
+    assert len(calls) == 1 and calls[0][:4] == ["/bin/systemctl", "show", PM, FM] and "--value" not in calls[0]
+    assert "--property=Id" in calls[0] and "--property=LoadState" in calls[0]
+    assert [u for u, s in got.items() if s.loaded] == [PM]
+    assert su.show_many([], run=run) == {} and len(calls) == 1
+    with pytest.raises(su.SystemdError, match="Failed to connect to bus"):
+        su.show_many([PM], run=lambda argv: (1, "", "Failed to connect to bus"))
