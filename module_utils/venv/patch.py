@@ -34,7 +34,8 @@ from ansible.module_utils.evidence.error import EvidenceError
 PATCH_BIN = "patch"
 SERIES_FILE = "series"
 # SGLang's repository keeps its Python package under python/ (python/pyproject.toml, python/sglang/): a
-# format-patch series from it names python/sglang/..., which is sglang/... in site-packages.
+# format-patch series from it names python/sglang/..., which is sglang/... in site-packages (the 0.5.11 wheel's
+# sglang-0.5.11.dist-info/RECORD lists sglang/srt/server_args.py; its top_level.txt names sglang and tools).
 REPO_DIR = "python"
 FORMS = {"site": 1, "repository": 2}  # form -> patch -p level
 MAKE_SERIES = ("git format-patch <base>..FETCH_HEAD -- python/sglang (only the package's paths; "
