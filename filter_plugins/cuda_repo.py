@@ -8,6 +8,8 @@ CudaRepoError into an AnsibleFilterError carrying the same message.
     components | cuda_apt_pins(meta, version)           -> {meta: version, component: version, ...}
     madison_stdout | cuda_apt_missing(pins)             -> ["pkg=version", ...] no repository offers
     dpkg_query_stdout | cuda_apt_pin_mismatches(pins)   -> [{"package", "pinned", "installed"}, ...]
+    dpkg_query_stdout | cuda_apt_newer_installed(pins)  -> those installed NEWER than the pin (dpkg's order)
+    pins | cuda_apt_guarded_pins(patterns)              -> ["pkg (pattern)", ...] the driver guard would block
 """
 from __future__ import annotations
 
@@ -51,6 +53,14 @@ def cuda_apt_pin_mismatches(dpkg_query_stdout, pins):
     return _call(lambda lib: lib.pin_mismatches, dpkg_query_stdout, dict(pins))
 
 
+def cuda_apt_newer_installed(dpkg_query_stdout, pins):
+    return _call(lambda lib: lib.newer_installed, dpkg_query_stdout, dict(pins))
+
+
+def cuda_apt_guarded_pins(pins, patterns):
+    return cuda_repo_lib.guarded_pins(dict(pins), list(patterns or []))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -59,4 +69,6 @@ class FilterModule:
             "cuda_apt_pins": cuda_apt_pins,
             "cuda_apt_missing": cuda_apt_missing,
             "cuda_apt_pin_mismatches": cuda_apt_pin_mismatches,
+            "cuda_apt_newer_installed": cuda_apt_newer_installed,
+            "cuda_apt_guarded_pins": cuda_apt_guarded_pins,
         }

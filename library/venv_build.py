@@ -36,6 +36,15 @@ options:
   local_packages: {description: Local package source trees on the target to pip install., type: list, elements: path, default: []}
   patch_dir: {description: Patch series directory on the target., type: path, required: true}
   require_patches: {description: Fail when the patch directory is missing or empty., type: bool, default: false}
+  patch_packages:
+    description:
+      - Top-level names in site-packages the patch series may touch (C([sglang])); [] = any. The series' form is
+        read from its paths - site-packages-relative C(a/sglang/...) (patch -p1) or SGLang's repository
+        C(a/python/sglang/...) (git format-patch, patch -p2) - and a series mixing them or touching a file outside
+        these packages fails before anything is made (module_utils/venv/patch.py series_form).
+    type: list
+    elements: str
+    default: []
   pip_args: {description: Extra pip install arguments., type: list, elements: str, default: []}
   import_names: {description: Modules that must import after the build., type: list, elements: str, default: []}
   fact_path: {description: Provenance fact file holding the recipe and content hash of the live venv., type: path, required: true}
@@ -89,6 +98,7 @@ steps: {description: "Build steps run (fetch, venv, lock, local_packages, clone,
 stage: {description: Staging directory., type: str, returned: when built}
 recovered: {description: "What an earlier run left and this one removed (a failed build's stage), when no build was needed.", type: list, returned: when the live venv is up to date}
 patches_applied: {description: Patches applied in the stage., type: list, returned: when built}
+patch_form: {description: "The series' form - site (patch -p1), repository (python/... paths, patch -p2), or empty with no patches.", type: str, returned: when the build inputs are on the host}
 clone: {description: "Clone route only: repo (credentials stripped), commit, subdir, fetched (bool), fetch (depth1|full|'')", type: dict, returned: when clone_repo is given}
 flag_schema: {description: "The stage's flag schema: sha256, sglang_version, options (count), module, path; {} when none was extracted.", type: dict, returned: always}
 """
@@ -108,6 +118,7 @@ def main():
             local_packages=dict(type="list", elements="path", default=[]),
             patch_dir=dict(type="path", required=True),
             require_patches=dict(type="bool", default=False),
+            patch_packages=dict(type="list", elements="str", default=[]),
             pip_args=dict(type="list", elements="str", default=[]),
             import_names=dict(type="list", elements="str", default=[]),
             fact_path=dict(type="path", required=True),

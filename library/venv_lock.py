@@ -39,6 +39,12 @@ names: {description: Distribution names the lock holds (PEP 503 normalised)., ty
 options: {description: "Index options of the lock ([option, value])", type: list, returned: success}
 lock_hash: {description: sha256 of the lock's canonical form (what the recipe hash covers)., type: str, returned: success}
 input_sha256: {description: The input's sha256 recorded in the lock header., type: str, returned: success}
+python:
+  description: >-
+    Lowest CPython the lock was resolved for (its C(# resolver:) header's C(--python-version), written by lock.sh);
+    "" when the header has none.
+  type: str
+  returned: success
 """
 
 from ansible.module_utils.basic import AnsibleModule

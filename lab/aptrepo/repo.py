@@ -30,6 +30,9 @@ COMPONENTS = {
     "libcublas-13-0": ("13.1.0.3-1", "13.1.1.3-1"),
 }
 PINNED_COMPONENTS = {name: versions[0] for name, versions in COMPONENTS.items()}
+# A driver-side package the repository serves too, as NVIDIA's does: the role's driver guard (apt preferences,
+# Pin-Priority -1 for the repository's origin) must keep apt from ever taking it from here.
+DRIVER_PACKAGE = ("nvidia-fabricmanager-580", "580.95.05-1")
 DECOY_COMPONENTS = {name: versions[1] for name, versions in COMPONENTS.items()}
 
 NVCC = """#!/bin/sh
@@ -104,6 +107,9 @@ def _toolkit_debs(build: Path, arch: str) -> list[Path]:
                 files = {f"{home}/lib64/README.{name}.lab": (f"synthetic {name} {version}: no libraries\n".encode(),
                                                              0o644)}
             debs.append(_deb(build, name, version, arch, files, f"lab stand-in for {name} ({version})"))
+    name, version = DRIVER_PACKAGE
+    debs.append(_deb(build, name, version, arch, {f"usr/share/doc/{name}/README.lab": (b"synthetic\n", 0o644)},
+                     f"lab stand-in for the fabric manager ({version})"))
     return debs
 
 

@@ -31,12 +31,21 @@ components drift unless each one is pinned and installed at its own exact versio
     pinned_packages(meta, version, components)   -> {package: version} (the meta first)
     missing_from_repository(madison, pinned)     -> ["pkg=ver", ...] the repository does not offer
     pin_mismatches(dpkg_query, pinned)           -> [{"package", "pinned", "installed"}, ...]
+    newer_installed(dpkg_query, pinned)          -> the mismatches whose installed version is NEWER (dpkg's order,
+                                                    gpu/deb_version.py): installing the pins would downgrade them
+    guarded_pins(pinned, patterns)               -> ["pkg (pattern)", ...] pins the driver guard would block
+
+The driver guard: apt preferences (roles/cuda/templates/etc/apt/preferences.d/cuda-repo-driver-guard.pref.j2) that
+forbid taking the driver, the fabric manager and their libraries (DRIVER_PACKAGES) from NVIDIA's CUDA repository,
+so that adding the repository for the toolkit never lets a later `apt upgrade` replace them.
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 
 from ansible.module_utils.evidence.error import EvidenceError
+from ansible.module_utils.gpu.deb_version import DebVersionError, compare
 
 DEFAULT_BASE = "https://developer.download.nvidia.com/compute/cuda/repos/"
 # (os-release ID, VERSION_ID) -> NVIDIA's distribution directory.
@@ -233,3 +242,25 @@ def pin_mismatches(dpkg_query_text, pinned):
         if installed != version:
             out.append({"package": package, "pinned": version, "installed": installed})
     return out
+
+
+def newer_installed(dpkg_query_text, pinned):
+    """The pinned packages installed at a version NEWER than their pin (dpkg's comparison): installing the pins would
+    downgrade them. Each: {"package", "pinned", "installed"}, in pin order."""
+    out = []
+    for wrong in pin_mismatches(dpkg_query_text, pinned):
+        if not wrong["installed"]:
+            continue
+        try:
+            newer = compare(wrong["installed"], wrong["pinned"]) > 0
+        except DebVersionError as exc:
+            raise CudaRepoError(f"{wrong['package']}: {exc}") from None
+        if newer:
+            out.append(wrong)
+    return out
+
+
+def guarded_pins(pinned, patterns):
+    """The pins a driver-guard pattern (apt preferences glob, as fnmatch reads it) matches: apt could not install
+    them from NVIDIA's repository. ["package (pattern)", ...]."""
+    return [f"{p} ({pat})" for p in pinned for pat in (patterns or []) if fnmatch.fnmatchcase(p, str(pat))][:20]

@@ -32,7 +32,8 @@ from ansible.module_utils.venv.clone import CLONE_TIMEOUT, check_clone_inputs, c
 from ansible.module_utils.venv.flag_schema import extract_flag_schema, extractor
 from ansible.module_utils.venv.manifest import ManifestError, is_venv, read_json, scan, summary
 from ansible.module_utils.venv.namespace import in_namespace
-from ansible.module_utils.venv.patch import PatchError, apply_series, read_series, series_hash, site_packages
+from ansible.module_utils.venv.patch import (PatchError, apply_series, read_series, series_form, series_hash,
+                                              site_packages)
 from ansible.module_utils.venv.stage import StageError, paths, recover
 from ansible.module_utils.venv import lock as venv_lock
 
@@ -126,7 +127,8 @@ def _run(argv: list[str], env: dict, what: str, timeout: int) -> str:
 
 def build(live: str, python: str, lock: str, local_packages: list[str], patch_dir: str,
           patches: list[str], pip_args: list[str], import_names: list[str], env: dict | None = None,
-          timeout: int = 3600, schema_module: str = "", clone_source: str = "", lock_entries: int = -1) -> dict:
+          timeout: int = 3600, schema_module: str = "", clone_source: str = "", lock_entries: int = -1,
+          patch_strip: int = 1) -> dict:
     """Build the stage for live: the lock (hash-checked, no dependency resolution, wheels only), then the local
     packages and clone_source (a checked-out fork's package directory) with --no-deps --no-build-isolation (their
     build backend is the lock's), pip check, patches applied, imports checked, flag schema extracted (unless
@@ -170,7 +172,8 @@ def build(live: str, python: str, lock: str, local_packages: list[str], patch_di
         _run([os.path.join(p["stage"], "bin", "python"), "-m", "pip", "check"], env,
              "pip check (a requirement of an installed package is not in the lock)", 300)
         steps.append("pip_check")
-        patched = apply_series(site_packages(p["stage"]), patch_dir, patches) if patches else {"applied": []}
+        patched = (apply_series(site_packages(p["stage"]), patch_dir, patches, strip=patch_strip) if patches
+                   else {"applied": []})
         steps.append("patches")
         # the stage's own python finds the stage's pyvenv.cfg: imports are checked without the namespace
         check = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
@@ -204,7 +207,7 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
                     patch_dir: str, require_patches: bool, pip_args: list[str], import_names: list[str],
                     fact_path: str, timeout: int = 3600, check_mode: bool = False, schema_module: str = "",
                     clone_repo: str = "", clone_commit: str = "", clone_subdir: str = "", clone_dir: str = "",
-                    clone_timeout: int = CLONE_TIMEOUT) -> dict:
+                    clone_timeout: int = CLONE_TIMEOUT, patch_packages: list[str] | tuple = ()) -> dict:
     """What the venv_build module does: decide, then (unless check mode) build the stage. clone_repo given: the
     clone route (fetch clone_commit into clone_dir, install <clone_dir>/<clone_subdir>; no patch series)."""
     try:
@@ -233,6 +236,7 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
             raise BuildError(f"local package(s) without pyproject.toml or setup.py: {', '.join(missing)}")
         check_against_lock(parsed, local_packages, local_packages)
         patches = read_series(patch_dir, require=require_patches)
+        form = series_form(patch_dir, patches, patch_packages)  # mixed forms, paths outside the package: refused here
         if clone and patches:
             raise BuildError(f"the clone route builds the fork as it is at {clone_commit}: the patch series in "
                              f"{patch_dir} ({', '.join(patches)}) does not apply to it (the fork carries its patches)")
@@ -240,7 +244,8 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
                        clone=clone or None)
         ok, reason, live = up_to_date(path, fact_path, parts["recipe_hash"])
         result = {"built": not ok, "reason": reason, "recipe": parts, "live_digest": live.get("digest", ""),
-                  "patches": patches, "stage": "", "patches_applied": [], "steps": [], "flag_schema": {}}
+                  "patches": patches, "stage": "", "patches_applied": [], "steps": [], "flag_schema": {},
+                  "patch_form": form["form"]}
         if clone:
             result["clone"] = clone
             if not ok and check_mode:
@@ -261,7 +266,7 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
             check_against_lock(parsed, [clone_source], local_packages)  # the fork's backend and dependencies
         result.update(build(path, python, lock, local_packages, patch_dir, patches, pip_args,
                             import_names, timeout=timeout, schema_module=schema_module, clone_source=clone_source,
-                            lock_entries=len(parsed["entries"])))
+                            lock_entries=len(parsed["entries"]), patch_strip=form["strip"]))
         if clone:
             result["steps"].insert(0, "fetch")
         return result

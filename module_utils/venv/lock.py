@@ -51,6 +51,9 @@ LEADING_NAME_RE = re.compile(rf"^\s*({NAME})")
 COMMENT_RE = re.compile(r"(^|\s+)#.*$")
 HASH_OPT_RE = re.compile(r"(?:^|\s)--hash(?:=|\s+)(\S+)")
 INPUT_RE = re.compile(r"^#\s*input:\s*(?P<path>\S+)\s+sha256=(?P<sha256>[0-9a-f]{64})\s*$")
+# lock.sh's "# resolver: uv ... pip compile --universal ... --python-version 3.11," header line: the lowest CPython the
+# universal resolution serves (LOCK_PYTHON). The one record of what Python a flavour's lock needs on the host.
+RESOLVER_PYTHON_RE = re.compile(r"^#\s*resolver:.*--python-version[ =](?P<python>[0-9]+\.[0-9]+)\b")
 
 
 class LockError(EvidenceError):
@@ -157,6 +160,9 @@ def parse(text: str, path: str = "lock") -> dict:
         if m:
             header["input"] = m.group("path")
             header["input_sha256"] = m.group("sha256")
+        m = RESOLVER_PYTHON_RE.match(raw.strip())
+        if m:
+            header["python"] = m.group("python")
     return {"entries": entries, "options": options, "header": header, "names": sorted({e["name"] for e in entries})}
 
 
@@ -271,6 +277,39 @@ def project_name(tree: str) -> str:
         return ""
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of "3.10.12" / "3.11" / "3.12.0rc1"; () when it is not a version."""
+    m = re.match(r"^\s*([0-9]+)\.([0-9]+)", str(version or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else ()
+
+
+def python_problem(found: str, floor: str, interpreter: str, lock_path: str = "lock", error: str = "",
+                   same_as: str = "") -> str:
+    """"" when the host's base interpreter (``interpreter``, version ``found`` as platform.python_version() prints
+    it) can carry the flavour's venv, else the refusal naming what was found, what is needed and the fix.
+
+    ``floor``: the lock's CPython (its resolver header, ``header["python"]``): an older interpreter is refused (pip
+    would find no wheel for half the lock, after the venv was begun). ``same_as``: the Python of a streamed venv's
+    source: a venv only runs on the major.minor it was made with (its site-packages is lib/pythonX.Y). ``error``: why
+    the interpreter did not run, when it did not."""
+    fix = ("Install a newer CPython and point venv_python at it (Ubuntu 22.04: add-apt-repository ppa:deadsnakes/ppa; "
+           "apt-get install python3.12 python3.12-venv; then venv_python: /usr/bin/python3.12 and python3.12-venv "
+           "in venv_apt_packages in place of python3-venv), or set venv_python to an interpreter the host already has")
+    if not _release(found):
+        return (f"venv_python {interpreter} does not run or reports no version ({(error or found or 'no output').strip()}): "
+                f"the venv needs CPython {floor or '3'}+. {fix}.")
+    need = []
+    if floor and _release(floor) and _release(found) < _release(floor):
+        need.append(f"the lock {lock_path} was resolved for CPython >= {floor}")
+    if same_as and _release(same_as) and _release(found) != _release(same_as):
+        need.append(f"the streamed venv was made with Python {same_as} (a venv runs only on the major.minor it was "
+                    "made with)")
+    if not need:
+        return ""
+    return f"venv_python {interpreter} is Python {found.strip()}, but {' and '.join(need)}. {fix}."
+
+
 def summary(lock: dict) -> dict:
     return {"packages": len(lock["entries"]), "names": lock["names"], "options": lock["options"],
-            "lock_hash": lock_hash(lock), "input_sha256": lock["header"].get("input_sha256", "")}
+            "lock_hash": lock_hash(lock), "input_sha256": lock["header"].get("input_sha256", ""),
+            "python": lock["header"].get("python", "")}

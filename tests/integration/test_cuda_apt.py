@@ -10,6 +10,7 @@ import shlex
 import pytest
 
 from lab.aptrepo import AptRepo, COMPONENTS
+from lab.aptrepo.repo import DRIVER_PACKAGE
 
 LAB_NAME = "cuda"
 HOST = "ct200-lab"
@@ -19,6 +20,7 @@ CLEAN = (f"dpkg-query -W -f='${{Package}} ${{db:Status-Abbrev}}\\n' {' '.join(PA
          "| awk '$2 != \"un\" {print $1}' | xargs -r apt-get purge -y -qq >/dev/null 2>&1; "
          "rm -f /var/cache/apt/archives/*cuda*.deb /var/cache/apt/archives/libcublas*.deb; "   # fetched again, per path
          "rm -rf /usr/local/cuda-13.0 /var/cache/cuda-keyring /etc/apt/preferences.d/cuda-toolkit-13-0.pref "
+         "/etc/apt/preferences.d/cuda-repo-driver-guard.pref "
          "/etc/profile.d/cuda.sh /etc/ld.so.conf.d/cuda-13-0.conf; ldconfig")
 OS_RELEASE_SAVED = "/etc/os-release.cuda-apt-test"
 # /etc/os-release as Ubuntu 24.04 and Rocky Linux 9 ship it.
@@ -31,6 +33,8 @@ ROCKY_9 = ('NAME="Rocky Linux"\nVERSION="9 (Blue Onyx)"\nID="rocky"\nID_LIKE="rh
 OS_CHECK = "Refuse a distribution or architecture NVIDIA's CUDA apt repository does not serve (apt route)"
 INSTALL = "Install the pinned toolkit and every pinned component at its exact version"
 VERIFY_PINS = "Require every pinned CUDA package at exactly its pinned version (apt route)"
+NO_DOWNGRADE = "Refuse to downgrade a CUDA package installed newer than its pin (apt route)"
+GUARD = "/etc/apt/preferences.d/cuda-repo-driver-guard.pref"
 
 
 @pytest.fixture(scope="module")
@@ -118,17 +122,30 @@ def test_apt_route_installs_the_pinned_toolkit_and_is_idempotent(lab, playbook, 
     assert installed(lab, *PACKAGES) == {"cuda-toolkit-13-0": "13.0.2-1", **repo.info["components"]}
     prefs = lab.ssh(HOST, "cat /etc/apt/preferences.d/cuda-toolkit-13-0.pref").stdout
     for name, version in {"cuda-toolkit-13-0": "13.0.2-1", **repo.info["components"]}.items():
-        assert f"Package: {name}\nPin: version {version}\nPin-Priority: 1001\n" in prefs
+        assert f"Package: {name}\nPin: version {version}\nPin-Priority: 999\n" in prefs
+    # the driver guard: apt never takes the fabric manager (or the driver) from the CUDA repository; its origin is
+    # the one apt itself names for that repository
+    guard = lab.ssh(HOST, f"cat {GUARD}").stdout
+    origin = guard.split('Pin: origin "')[1].split('"')[0]
+    files = lab.ssh(HOST, "apt-cache policy").stdout   # the package files, each with the origin apt names
+    assert f" origin {origin}\n" in files + "\n", files
+    fm = lab.ssh(HOST, f"apt-cache policy {DRIVER_PACKAGE[0]}").stdout
+    assert "Candidate: (none)" in fm and f"{DRIVER_PACKAGE[1]} -1" in fm, fm
     out = lab.ssh(HOST, "bash -lc 'echo $CUDA_HOME; nvcc --version'").stdout
     assert out.startswith("/usr/local/cuda-13.0\n") and "release 13.0, V13.0.88" in out
 
     second = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info))
     assert second.rc == 0 and second.changed_count(HOST) == 0, second.stdout[-3000:]
 
-    # someone upgrades behind the operator's back: the next run puts the pinned version back
+    # someone upgrades behind the operator's back: the next run refuses, naming it, and downgrades nothing
     lab.ssh(HOST, "apt-get install -y -qq cuda-toolkit-13-0=13.0.3-1 >/dev/null")
     again = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info))
-    assert again.rc == 0, again.failures()
+    assert again.rc != 0
+    assert "cuda-toolkit-13-0 installed 13.0.3-1, pinned 13.0.2-1" in again.result(NO_DOWNGRADE, HOST)["msg"]
+    assert lab.ssh(HOST, "dpkg-query -W -f='${Version}' cuda-toolkit-13-0").stdout == "13.0.3-1"
+    # the documented switch puts the pin back
+    back = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info, cuda_apt_allow_downgrade=True))
+    assert back.rc == 0, back.failures()
     assert lab.ssh(HOST, "dpkg-query -W -f='${Version}' cuda-toolkit-13-0").stdout == "13.0.2-1"
 
 
@@ -181,9 +198,10 @@ def test_unknown_distribution_is_refused_at_preflight_before_any_change(lab, pla
     assert "No such file" in state.stderr and "is not installed" in state.stderr
 
 
-def test_component_upgraded_behind_the_pin_is_refused_by_verify_and_put_back(lab, playbook, repo):
-    """NEW: the meta package stays at its pin while a component drifts to a newer version (its `>=` dependency still
-    holds): verify names it; check mode reports it would change; the next run puts it back."""
+def test_component_upgraded_behind_the_pin_is_named_and_refused_not_downgraded(lab, playbook, repo):
+    """The meta package stays at its pin while a component drifts to a newer version (its `>=` dependency still
+    holds): verify names it; the next run (and its check mode) refuses at preflight naming the versions, changing
+    nothing; only cuda_apt_allow_downgrade puts it back."""
     lab.ssh(HOST, CLEAN)
     first = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info))
     assert first.rc == 0, first.failures()
@@ -192,20 +210,23 @@ def test_component_upgraded_behind_the_pin_is_refused_by_verify_and_put_back(lab
     lab.ssh(HOST, f"apt-get install -y -qq {name}={newer} >/dev/null")
     assert installed(lab, "cuda-toolkit-13-0", name) == {"cuda-toolkit-13-0": "13.0.2-1", name: newer}
 
-    checked = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), skip_tags="cuda_install")
+    checked = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), tags="cuda_verify")
     assert checked.rc != 0
     res = checked.result(VERIFY_PINS, HOST)
     assert res["_event"] == "runner_on_failed", res
     assert f"{name} installed {newer}, pinned {pinned}" in res["msg"] and "1 of the 4 pinned packages" in res["msg"]
+    assert f"{name} newer than the pin: the next run refuses rather than downgrade" in res["msg"]
 
-    dry = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), check=True)
-    assert dry.rc == 0 and dry.changed_count(HOST) > 0, dry.failures()
-    assert dry.result(INSTALL, HOST).get("changed") is True
-    assert f"{name} installed {newer}" in dry.result("Report pinned packages a real run would put back "
-                                                     "(apt route, check mode)", HOST)["msg"]
-    assert installed(lab, name) == {name: newer}   # check mode changed nothing
+    for check in (True, False):
+        run = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), check=check)
+        assert run.rc != 0
+        res = run.result(NO_DOWNGRADE, HOST)
+        assert res["_event"] == "runner_on_failed", res
+        assert f"{name} installed {newer}, pinned {pinned}" in res["msg"] and "Nothing was changed" in res["msg"]
+        assert "cuda_apt_allow_downgrade" in res["msg"] and INSTALL not in run.task_names()
+        assert installed(lab, name) == {name: newer}   # nothing downgraded
 
-    again = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info))
+    again = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info, cuda_apt_allow_downgrade=True))
     assert again.rc == 0, again.failures()
     assert again.result(INSTALL, HOST).get("changed") is True
     assert again.result(VERIFY_PINS, HOST)["_event"] == "runner_on_ok"

@@ -189,7 +189,8 @@ def test_filters_raise_ansible_filter_errors_with_the_message():
         filters.cuda_repo_path(bad)
     assert "distribution=Rocky" in filters.cuda_repo_problem(bad)
     assert set(filters.FilterModule().filters()) == {
-        "cuda_repo_path", "cuda_repo_problem", "cuda_apt_pins", "cuda_apt_missing", "cuda_apt_pin_mismatches"}
+        "cuda_repo_path", "cuda_repo_problem", "cuda_apt_pins", "cuda_apt_missing", "cuda_apt_pin_mismatches",
+        "cuda_apt_newer_installed", "cuda_apt_guarded_pins"}
 
 
 @pytest.mark.skipif(not shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)),
@@ -272,6 +273,37 @@ def test_pin_mismatches_from_dpkg_query():
     assert cr.pin_mismatches(good, PINS) == []
     assert filters.cuda_apt_pin_mismatches(good, PINS) == []
     assert filters.cuda_apt_missing(MADISON, {"cuda-nvcc-13-0": "13.0.88-1"}) == []
+
+
+def test_a_component_installed_newer_than_its_pin_is_named_for_the_refusal():
+    """Installing the pins there would be a downgrade: the play refuses it (roles/cuda/tasks/preflight.yml)."""
+    dpkg = ("cuda-toolkit-13-0\t13.0.2-1\tii \n"
+            "cuda-nvcc-13-0\t13.0.96-1\tii \n"          # newer than 13.0.88-1: named
+            "cuda-cudart-13-0\t13.0.85-1\tii \n"        # older: an upgrade to the pin, fine
+            "libcublas-13-0\t13.1.0.3-1~rc1\thi \n")    # ~ sorts before the release: older, fine
+    newer = cr.newer_installed(dpkg, PINS)
+    assert newer == [{"package": "cuda-nvcc-13-0", "pinned": "13.0.88-1", "installed": "13.0.96-1"}]
+    assert filters.cuda_apt_newer_installed(dpkg, PINS) == newer
+    # the order is dpkg's, not the strings': 13.0.100-1 > 13.0.96-1, an epoch beats everything
+    assert cr.newer_installed("cuda-nvcc-13-0\t13.0.100-1\tii \n", {"cuda-nvcc-13-0": "13.0.96-1"})
+    assert cr.newer_installed("cuda-nvcc-13-0\t1:13.0.1-1\tii \n", {"cuda-nvcc-13-0": "13.0.96-1"})
+    assert not cr.newer_installed("cuda-nvcc-13-0\t13.0.9-1\tii \n", {"cuda-nvcc-13-0": "13.0.88-1"})
+    assert not cr.newer_installed("cuda-nvcc-13-0\t13.0.96-1\trc \n", {"cuda-nvcc-13-0": "13.0.88-1"})  # removed
+
+
+def test_the_driver_guard_blocks_no_pin_and_names_the_driver_packages():
+    defaults = yaml.safe_load((ROOT / "roles" / "cuda" / "defaults" / "main.yml").read_text())
+    guard = defaults["cuda_apt_driver_packages"]
+    pins = cr.pinned_packages(defaults["cuda_apt_package"], defaults["cuda_apt_version"],
+                              defaults["cuda_apt_components"])
+    assert cr.guarded_pins(pins, guard) == []
+    for name in ("cuda-drivers", "cuda-drivers-580", "nvidia-driver-580-open", "nvidia-open", "nvidia-open-580",
+                 "nvidia-fabricmanager-580", "nvidia-fabricmanager", "libnvidia-nscq-580", "libnvidia-compute-580",
+                 "nvidia-kernel-open-580", "nvidia-dkms-580-open", "nvidia-utils-580", "nvidia-imex-580"):
+        assert any(__import__("fnmatch").fnmatchcase(name, g) for g in guard), name
+    assert cr.guarded_pins({"nvidia-fabricmanager-580": "580.95.05-1"}, guard) == [
+        "nvidia-fabricmanager-580 (nvidia-*)"]
+    assert filters.cuda_apt_guarded_pins(pins, guard) == []
 
 
 def test_role_defaults_pin_the_components_the_lab_repository_models():

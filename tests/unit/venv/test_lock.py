@@ -136,3 +136,28 @@ def test_local_packages_must_find_their_backend_and_dependencies_in_the_lock(tmp
     setup_only.mkdir()
     (setup_only / "setup.py").write_text("")
     assert "setuptools>=40.8.0" in vl.check_local_packages(vl.parse(f"six==1.17.0 --hash={H1}\n"), [str(setup_only)])[0]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_each_shipped_lock_names_the_python_it_was_resolved_for(flavour):
+    """The one record of the host Python a flavour needs: lock.sh's resolver header (LOCK_PYTHON)."""
+    lock = vl.read(str(FILES / f"locks/{flavour}.txt"))
+    assert lock["header"]["python"] == re.search(r"^python=\$\{LOCK_PYTHON:-([0-9.]+)\}$",
+                                                 (FILES / "locks/lock.sh").read_text(), re.M).group(1)
+    assert vl.summary(lock)["python"] == lock["header"]["python"]
+    assert "python" not in vl.parse(f"six==1.17.0 --hash={H1}\n")["header"]   # a lock without the header: unknown
+
+
+def test_a_host_python_older_than_the_lock_is_refused_naming_it_the_need_and_the_fix():
+    msg = vl.python_problem("3.10.12", "3.11", "/usr/bin/python3", "locks/ddtree.txt")
+    assert msg.startswith("venv_python /usr/bin/python3 is Python 3.10.12, but the lock locks/ddtree.txt was "
+                          "resolved for CPython >= 3.11")
+    assert "ppa:deadsnakes/ppa" in msg and "venv_python: /usr/bin/python3.12" in msg and "python3.12-venv" in msg
+    assert vl.python_problem("3.11.2", "3.11", "/usr/bin/python3") == ""
+    assert vl.python_problem("3.12.3", "3.11", "/usr/bin/python3") == ""
+    assert vl.python_problem("3.9.18", "", "/usr/bin/python3") == ""          # no floor recorded: nothing to judge
+    gone = vl.python_problem("", "3.11", "/usr/bin/python3.12", error="[Errno 2] No such file or directory")
+    assert "venv_python /usr/bin/python3.12 does not run" in gone and "No such file" in gone and "3.11+" in gone
+    # a streamed venv: the target's interpreter must be the source's major.minor
+    assert "made with Python 3.12.3" in vl.python_problem("3.11.2", "3.11", "/usr/bin/python3", same_as="3.12.3")
+    assert vl.python_problem("3.12.1", "3.11", "/usr/bin/python3", same_as="3.12.3") == ""

@@ -1,5 +1,6 @@
 """ansible.module_utils.venv.patch: the ordered patch series, idempotent through reverse dry runs (real GNU patch)."""
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -122,3 +123,91 @@ def test_site_packages_must_be_unique(tmp_path):
         vp.site_packages(str(tmp_path))
     os.rmdir(tmp_path / "lib/python3.12/site-packages")
     assert vp.site_packages(str(tmp_path)).endswith("lib/python3.11/site-packages")
+
+
+def repository_form(src: Path, dest: Path) -> Path:
+    """The lab series as `git format-patch` from a repository whose package lives in python/ would write it (SGLang's
+    layout: python/pyproject.toml, python/sglang/): the same diffs, every path under python/, with a mail header."""
+    dest.mkdir()
+    for name in vp.read_series(str(src)):
+        text = (src / name).read_text()
+        text = re.sub(r"^(---|\+\+\+) (a|b)/", r"\1 \2/python/", text, flags=re.M)
+        (dest / name).write_text(f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+                                 f"Subject: [PATCH] {name}\n\n---\n{text}-- \n2.43.0\n")
+    shutil.copy(src / "series", dest / "series")
+    return dest
+
+
+def test_both_forms_apply_to_the_lab_flavours_package_tree_alike(venv, tmp_path):
+    """Site-packages paths (patch -p1) and the repository's python/... paths (format-patch, -p2) give the same tree."""
+    packages = ["six", "sglang_standin"]   # the lab flavour's venv_patch_packages
+    repo = repository_form(LAB_SERIES, tmp_path / "repo-series")
+    names = vp.read_series(str(LAB_SERIES))
+    assert vp.series_form(str(LAB_SERIES), names, packages) == {"form": "site", "strip": 1}
+    assert vp.series_form(str(repo), names, packages) == {"form": "repository", "strip": 2}
+    site = Path(site_of(venv))
+    other = tmp_path / "other/lib/python3.11/site-packages"
+    other.mkdir(parents=True)
+    (other / "six.py").write_text(SIX_HEAD)
+    r1 = vp.run_state("present", str(LAB_SERIES), str(venv), True, packages=packages)
+    r2 = vp.run_state("present", str(repo), str(tmp_path / "other"), True, packages=packages)
+    assert (r1["form"], r1["strip"], r1["applied"]) == ("site", 1, names)
+    assert (r2["form"], r2["strip"], r2["applied"]) == ("repository", 2, names)
+    for rel in ("six.py", "sglang_standin/server_args_patch.py"):
+        assert (site / rel).read_text() == (other / rel).read_text()
+    assert vp.run_state("present", str(repo), str(tmp_path / "other"), True, packages=packages)["already"] == names
+    assert vp.run_state("verify", str(repo), str(tmp_path / "other"), True, packages=packages)["applied"] == names
+    # a conflict in the repository form names the file as site-packages has it, with the rejected hunk
+    (other / "six.py").write_text(SIX_HEAD.replace("1.17.0", "1.16.0"))
+    with pytest.raises(vp.PatchError, match=r"(?s)0001-six-lab-marker.patch neither applies.*six.py hunk #1:"):
+        vp.run_state("present", str(repo), str(tmp_path / "other"), True, packages=packages)
+
+
+def test_a_series_mixing_the_forms_is_refused_naming_each_patch(tmp_path):
+    repo = repository_form(LAB_SERIES, tmp_path / "repo-series")
+    mixed = tmp_path / "mixed"
+    shutil.copytree(LAB_SERIES, mixed)
+    shutil.copy(repo / "0002-six-lab-patched-function.patch", mixed / "0002-six-lab-patched-function.patch")
+    with pytest.raises(vp.PatchError) as exc:
+        vp.run_state("series", str(mixed), None, True, packages=["six", "sglang_standin"])
+    msg = str(exc.value)
+    assert "mixes forms" in msg and "0002-six-lab-patched-function.patch (python/six.py)" in msg
+    assert "0001-six-lab-marker.patch (six.py)" in msg and "git format-patch <base>..FETCH_HEAD -- python/sglang" in msg
+
+
+def test_a_series_touching_files_outside_the_package_is_refused_with_the_paths(tmp_path):
+    d = tmp_path / "pr"
+    d.mkdir()
+    (d / "0001-ddtree.patch").write_text(
+        "--- a/python/sglang/srt/server_args.py\n+++ b/python/sglang/srt/server_args.py\n@@ -1 +1 @@\n-a\n+b\n"
+        "--- a/test/srt/test_ddtree.py\n+++ b/test/srt/test_ddtree.py\n@@ -1 +1 @@\n-a\n+b\n")
+    (d / "0002-build.patch").write_text("--- a/python/pyproject.toml\n+++ b/python/pyproject.toml\n@@ -1 +1 @@\n-a\n+b\n")
+    with pytest.raises(vp.PatchError) as exc:
+        vp.series_form(str(d), ["0001-ddtree.patch", "0002-build.patch"], ["sglang"])
+    msg = str(exc.value)
+    assert "outside python/{sglang}/" in msg
+    assert "0001-ddtree.patch: test/srt/test_ddtree.py" in msg and "0002-build.patch: python/pyproject.toml" in msg
+    assert "server_args" not in msg
+    with pytest.raises(vp.PatchError, match="outside python/<package>/.*test/srt/test_ddtree.py"):   # any package
+        vp.series_form(str(d), ["0001-ddtree.patch"], [])
+    # site form: only the flavour's packages
+    (d / "0003-site.patch").write_text("--- a/sglang/srt/x.py\n+++ b/sglang/srt/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+                                      "--- a/six.py\n+++ b/six.py\n@@ -1 +1 @@\n-a\n+b\n")
+    with pytest.raises(vp.PatchError, match=r"outside the package\(s\) sglang .*0003-site.patch: six.py"):
+        vp.series_form(str(d), ["0003-site.patch"], ["sglang"])
+    assert vp.series_form(str(d), ["0003-site.patch"], ["sglang", "six"]) == {"form": "site", "strip": 1}
+    assert vp.series_form(str(d), [], ["sglang"]) == {"form": "", "strip": 1}
+
+
+def test_the_role_reads_applies_and_verifies_with_the_flavours_packages_and_records_the_form():
+    import yaml
+    role = Path(__file__).resolve().parents[3] / "roles/venv"
+    tasks = {f: yaml.safe_load((role / f"tasks/{f}.yml").read_text()) for f in ("preflight", "install", "verify",
+                                                                                "configure")}
+    flat = [t for ts in tasks.values() for t in ts for t in (t.get("block") or [t])]
+    assert sum(1 for t in flat if t.get("venv_patch", {}).get("packages") == "{{ venv_patch_packages }}") == 2
+    assert sum(1 for t in flat if t.get("venv_build", {}).get("patch_packages") == "{{ venv_patch_packages }}") == 1
+    prov = next(t for t in tasks["configure"] if "venv_provenance" in t)
+    assert prov["vars"]["venv_prov_fields"]["patch_form"] == "{{ venv_series.form | default('') }}"
+    defaults = yaml.safe_load((role / "defaults/main.yml").read_text())
+    assert "['six', 'sglang_standin'] if venv_flavour == 'lab' else ['sglang']" in defaults["venv_patch_packages"]
