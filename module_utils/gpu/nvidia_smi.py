@@ -179,6 +179,56 @@ def query_gpus(nvidia_smi=BINARY, run=None, timeout=60, fields=QUERY_FIELDS):
     return parse_query_gpu(out.stdout, fields)
 
 
+# The processes holding GPU memory: `--query-compute-apps` (nvidia-smi --help-query-compute-apps: pid, gpu_uuid,
+# used_memory in MiB with nounits, process_name). process_name is last: a path may contain ", ".
+COMPUTE_APPS_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
+COMPUTE_APPS_ARGS = ("--query-compute-apps=" + ",".join(COMPUTE_APPS_FIELDS), CSV_FORMAT)
+
+
+def parse_compute_apps(text):
+    """Parse `--query-compute-apps=<COMPUTE_APPS_FIELDS> --format=csv,noheader,nounits` into one dict per process:
+    pid (int), gpu_uuid, used_memory_mib (int or None when unavailable), process_name. A host with no GPU process
+    prints nothing (some drivers print "No running processes found"): []. A malformed line raises
+    NvidiaSmiParseError quoting it."""
+    apps = []
+    for line in text.splitlines():
+        line = _ANSI.sub("", line).strip()
+        if not line or line.lower().startswith("no running"):
+            continue
+        parts = line.split(",")
+        if len(parts) < len(COMPUTE_APPS_FIELDS):
+            raise NvidiaSmiParseError("expected %d comma-separated fields (%s), got %d in line %r"
+                                      % (len(COMPUTE_APPS_FIELDS), ",".join(COMPUTE_APPS_FIELDS), len(parts), line))
+        pid, uuid, memory = (_value(p) for p in parts[:3])
+        try:
+            pid = int(pid)
+            memory = int(float(memory)) if memory is not None else None
+        except (TypeError, ValueError):
+            raise NvidiaSmiParseError("pid or used_memory is not a number in line %r" % line)
+        apps.append({"pid": pid, "gpu_uuid": uuid, "used_memory_mib": memory,
+                     "process_name": _value(",".join(parts[3:])) or ""})
+    return apps
+
+
+def query_compute_apps(nvidia_smi=BINARY, run=None, timeout=60):
+    """The processes holding GPU memory now (parse_compute_apps), or None when the host has no nvidia-smi: the
+    caller says so instead of reading "no process". Errors as query_gpus."""
+    binary = find_binary(nvidia_smi)
+    if not binary:
+        return None
+    argv = [binary] + list(COMPUTE_APPS_ARGS)
+    run = run or subprocess.run
+    try:
+        out = run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NvidiaSmiError("%s: %s" % (" ".join(argv), exc), evidence={"argv": argv})
+    if out.returncode != 0:
+        said = (out.stderr or out.stdout or "").strip()[-500:]
+        raise NvidiaSmiError("%s exited %s: %s" % (" ".join(argv), out.returncode, said),
+                             evidence={"argv": argv, "rc": out.returncode, "output": said})
+    return parse_compute_apps(out.stdout)
+
+
 IDENTITY_FIELDS = (("gpu_name", "name"), ("compute_capability", "compute_capability"),
                    ("driver_version", "driver_version"))
 

@@ -7,6 +7,7 @@ callable (argv -> (rc, stdout, stderr)) so tests can feed recorded output withou
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -336,3 +337,96 @@ def listening_pids(port: int, proc: str = "/proc") -> dict:
                 except OSError:
                     continue
     return {"pids": found, "sockets": len(inodes), "unreadable": unreadable}
+
+
+# ---------------------------------------------------------------- many units at once; a process's unit and owner
+def parse_show_blocks(text: str) -> list[dict]:
+    """`systemctl show A B ...` output -> one {KEY: VALUE} dict per unit, in the order systemctl printed them
+    (split_blocks). A key given twice (ExecStart of a unit with several) keeps every value, joined by "\\n"."""
+    out = []
+    for block in split_blocks(text):
+        cur = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                key = key.strip()
+                cur[key] = cur[key] + "\n" + value.strip() if key in cur else value.strip()
+        out.append(cur)
+    return out
+
+
+def show_units(units, properties, run=default_run, timeout=30.0) -> list[dict]:
+    """The `properties` of each of `units` in one `systemctl show` call (Id always included) -> [{KEY: VALUE}]."""
+    if not units:
+        return []
+    props = ["Id"] + [p for p in properties if p != "Id"]
+    argv = ["systemctl", "show", "--no-pager"] + [f"--property={p}" for p in props] + list(units)
+    rc, out, err = run(argv, timeout=timeout)
+    if rc != 0:
+        raise SystemdError(f"`systemctl show` of {len(units)} units failed (rc={rc}): {(err or '').strip()[-300:]}")
+    return parse_show_blocks(out)
+
+
+def service_names(run=default_run) -> list[str]:
+    """Every service unit systemd knows: loaded ones (`list-units --all`) and unit files not loaded now
+    (`list-unit-files`), templates without an instance (foo@.service) left out; sorted."""
+    names = set()
+    for argv in (["systemctl", "list-units", "--all", "--type=service", "--plain", "--no-legend", "--no-pager"],
+                 ["systemctl", "list-unit-files", "--type=service", "--no-legend", "--no-pager"]):
+        rc, out, err = run(argv)
+        if rc != 0:
+            raise SystemdError(f"`{' '.join(argv[:2])}` failed (rc={rc}): {(err or '').strip()[-300:]}")
+        for line in out.splitlines():
+            parts = line.split()
+            name = next((p for p in parts if p.endswith(".service")), "")
+            if name and not name.endswith("@.service"):
+                names.add(name)
+    return sorted(names)
+
+
+def exec_start_argvs(value: str) -> list[str]:
+    """The command lines of an ExecStart property as `systemctl show` prints it, one per ExecStart:
+    "{ path=/usr/bin/x ; argv[]=/usr/bin/x -a b ; ignore_errors=no ; ... }" -> ["/usr/bin/x -a b"]."""
+    out = []
+    for entry in (value or "").split("\n"):
+        start = entry.find("argv[]=")
+        if start < 0:
+            continue
+        rest = entry[start + len("argv[]="):]
+        end = rest.find(" ; ignore_errors=")
+        out.append((rest if end < 0 else rest[:end]).strip())
+    return out
+
+
+def pid_unit(pid: int, proc: str = "/proc") -> str:
+    """The systemd unit (foo.service) or scope (session-3.scope: a login session) a process belongs to, from its
+    cgroup path; "" when unreadable or in none."""
+    try:
+        with open(os.path.join(proc, str(pid), "cgroup")) as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return ""
+    # v2 "0::/system.slice/x.service", v1 "1:name=systemd:/system.slice/x.service"; the innermost unit wins
+    for line in sorted(lines, key=lambda ln: not ln.startswith("0::")):
+        path = line.split(":", 2)[-1]
+        units = [c for c in path.split("/") if c.endswith((".service", ".scope"))]
+        if units:
+            return units[-1]
+    return ""
+
+
+def process_info(pid: int, proc: str = "/proc") -> dict:
+    """{pid, unit, user, cmdline} of a live process ("" for what cannot be read; user falls back to the uid)."""
+    info = {"pid": pid, "unit": pid_unit(pid, proc), "user": "", "cmdline": ""}
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as fh:
+            info["cmdline"] = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        with open(os.path.join(proc, str(pid), "status")) as fh:
+            uid = next((ln.split()[1] for ln in fh if ln.startswith("Uid:")), "")
+    except OSError:
+        return info
+    try:
+        info["user"] = pwd.getpwuid(int(uid)).pw_name
+    except (KeyError, ValueError):
+        info["user"] = uid
+    return info

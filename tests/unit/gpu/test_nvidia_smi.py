@@ -10,9 +10,9 @@ import pytest
 
 from ansible.module_utils.evidence.error import EvidenceError
 from ansible.module_utils.gpu.nvidia_smi import (
-    GATE_FIELDS, HEALTH_FIELDS, QUERY_ARGS, QUERY_FIELDS, NvidiaSmiError, NvidiaSmiParseError, driver_major,
-    gpu_identity, parse_query_gpu, parse_topology, query_args, query_gpus, suggest_profile, summarize_links,
-    unknown_field)
+    COMPUTE_APPS_ARGS, GATE_FIELDS, HEALTH_FIELDS, QUERY_ARGS, QUERY_FIELDS, NvidiaSmiError, NvidiaSmiParseError,
+    driver_major, gpu_identity, parse_compute_apps, parse_query_gpu, parse_topology, query_args, query_compute_apps,
+    query_gpus, suggest_profile, summarize_links, unknown_field)
 
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests" / "fixtures" / "nvidia-smi"
@@ -249,6 +249,41 @@ def test_query_gpus_without_nvidia_smi_or_with_one_that_fails(tmp_path):
     with pytest.raises(NvidiaSmiParseError, match="expected 7") as bad:  # another query's answer: 3 columns, not 7
         query_gpus(str(smi), lambda argv, **kw: old_shape)
     assert isinstance(bad.value, EvidenceError) and isinstance(bad.value, ValueError)
+
+
+def test_compute_apps_parsed_from_the_documented_format():
+    # what `--query-compute-apps=pid,gpu_uuid,used_memory,process_name --format=csv,noheader,nounits` prints for a
+    # hand-made TP8 server (one scheduler process per GPU) and a process whose path holds a comma
+    text = ("812345, GPU-1a2b, 125321, /root/venv_sglang211/bin/python3\n"
+            "812346, GPU-3c4d, [N/A], sglang::scheduler_TP1\n"
+            "900001, GPU-1a2b, 512, /opt/odd, name/python\n\n")
+    assert parse_compute_apps(text) == [
+        {"pid": 812345, "gpu_uuid": "GPU-1a2b", "used_memory_mib": 125321,
+         "process_name": "/root/venv_sglang211/bin/python3"},
+        {"pid": 812346, "gpu_uuid": "GPU-3c4d", "used_memory_mib": None, "process_name": "sglang::scheduler_TP1"},
+        {"pid": 900001, "gpu_uuid": "GPU-1a2b", "used_memory_mib": 512, "process_name": "/opt/odd, name/python"}]
+    assert parse_compute_apps("") == [] and parse_compute_apps("No running processes found\n") == []
+    with pytest.raises(NvidiaSmiParseError, match="expected 4"):
+        parse_compute_apps("812345, 125321\n")
+    with pytest.raises(NvidiaSmiParseError, match="not a number"):
+        parse_compute_apps("pid, GPU-1, 5, x\n")
+
+
+def test_query_compute_apps_runs_its_one_argv_and_says_none_without_nvidia_smi(tmp_path):
+    assert query_compute_apps(str(tmp_path / "no-such-smi")) is None
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("")
+    asked = []
+
+    def run(argv, **kw):
+        asked.append(argv)
+        return SimpleNamespace(returncode=0, stdout="7, GPU-x, 100, python\n", stderr="")
+    assert query_compute_apps(str(smi), run) == [{"pid": 7, "gpu_uuid": "GPU-x", "used_memory_mib": 100,
+                                                  "process_name": "python"}]
+    assert asked == [[str(smi), *COMPUTE_APPS_ARGS]]
+    failing = SimpleNamespace(returncode=9, stdout="", stderr="NVIDIA-SMI has failed")
+    with pytest.raises(NvidiaSmiError, match="exited 9: NVIDIA-SMI has failed"):
+        query_compute_apps(str(smi), lambda argv, **kw: failing)
 
 
 # ---------------------------------------------------------------------------------------------------------------

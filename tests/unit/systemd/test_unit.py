@@ -216,3 +216,26 @@ def test_show_many_asks_once_with_key_value_output():
     assert su.show_many([], run=run) == {} and len(calls) == 1
     with pytest.raises(su.SystemdError, match="Failed to connect to bus"):
         su.show_many([PM], run=lambda argv: (1, "", "Failed to connect to bus"))
+
+
+def test_show_units_exec_start_and_a_pids_unit(tmp_path):
+    from ansible.module_utils.systemd.unit import exec_start_argvs, parse_show_blocks, pid_unit, service_names
+
+    text = ("Id=a.service\nExecStart={ path=/x ; argv[]=/x -m sglang.launch_server --port 1 ; ignore_errors=no ; "
+            "start_time=[n/a] }\nExecStart={ path=/y ; argv[]=/y two ; ignore_errors=yes }\n\nId=b.service\nUser=u\n")
+    blocks = parse_show_blocks(text)
+    assert [b["Id"] for b in blocks] == ["a.service", "b.service"] and blocks[1]["User"] == "u"
+    assert exec_start_argvs(blocks[0]["ExecStart"]) == ["/x -m sglang.launch_server --port 1", "/y two"]
+    assert exec_start_argvs("") == []
+    (tmp_path / "12").mkdir()
+    (tmp_path / "12" / "cgroup").write_text("0::/system.slice/sglang-k26.service\n")
+    (tmp_path / "13").mkdir()
+    (tmp_path / "13" / "cgroup").write_text("1:name=systemd:/user.slice/user-0.slice/session-3.scope\n")
+    assert pid_unit(12, str(tmp_path)) == "sglang-k26.service" and pid_unit(13, str(tmp_path)) == "session-3.scope"
+    assert pid_unit(14, str(tmp_path)) == ""
+
+    def run(argv, **kw):
+        if argv[1] == "list-units":
+            return 0, "a.service loaded active running A\n\u25cf b.service not-found inactive dead b\n", ""
+        return 0, "a.service enabled enabled\nx@.service static -\nc.service disabled enabled\n", ""
+    assert service_names(run) == ["a.service", "b.service", "c.service"]

@@ -1,0 +1,134 @@
+"""A hand-made deployment already serves on b300-lab: `site.yml -l b300` refuses it before any change, naming unit,
+pid and port; handed over (takeover_units), the same run stops and disables it, adopts its weights (0 bytes from the
+Hub), serves ours, and a rerun changes nothing; playbooks/takeover_revert.yml gives the host back.
+
+The fixture makes b300-lab look like the operator's hosts: a root unit sglang-k26-ddtree.service serving the SGLang
+stand-in on port 30001 from /root/venv (a plain venv holding the stand-in package, as the lab venv flavour installs
+it), its weights in /root/models/<repo name> copied from the lab's test Hub.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tarfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ansible.module_utils.hf.hub import file_url, hub_tree
+
+LAB_NAME = "takeover"
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "b300-lab"
+OLD = "sglang-k26-ddtree.service"
+REPOS = ("demo/Kimi-K2.6-tiny", "demo/Kimi-K2.6-DFlash-tiny")  # group_vars/lab/models.yml
+UNIT = f"""[Unit]
+Description=Kimi K2.6 DDTree (by hand)
+After=network-online.target
+
+[Service]
+Environment=SGLANG_STANDIN_LOAD_S=0.5 SGLANG_STANDIN_WARMUP_S=0.2 SGLANG_STANDIN_SHUTDOWN_S=1
+ExecStart=/root/venv/bin/python -m sglang_standin.launch_server --model-path /root/models/Kimi-K2.6-tiny \
+--host 0.0.0.0 --port 30001 --trust-remote-code
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+# a cheap witness of "nothing changed": what the cuda, venv, models and service plays would create or change first
+WITNESS = ("ls -d /opt/sglang /srv/models /etc/systemd/system/sglang.service /usr/local/cuda-13.0 2>/dev/null; "
+           "sha256sum /var/lib/dpkg/status")
+
+
+def sh(lab, cmd, check=True):
+    return lab.ssh(HOST, cmd, check=check, timeout=300).stdout.strip()
+
+
+def push_tar(lab, files: dict, dest: str):
+    """files {relative path: bytes} -> extracted under dest on the host."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for rel, data in files.items():
+            info = tarfile.TarInfo(rel)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    lab.ssh(HOST, f"mkdir -p {dest} && base64 -d | tar -xz -C {dest}", input=base64.b64encode(buf.getvalue()).decode(),
+            timeout=300)
+
+
+def hub_stats(endpoint):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(endpoint + "/_testhub/stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def handmade(lab):
+    endpoint = lab.state()["services"]["testhub"]["url"]
+    sh(lab, "python3 -m venv --without-pip /root/venv")
+    purelib = sh(lab, "/root/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'")
+    pkg = ROOT / "lab" / "sglang_standin" / "sglang_standin"
+    push_tar(lab, {f"sglang_standin/{p.relative_to(pkg)}": p.read_bytes() for p in pkg.rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts}, purelib)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for repo in REPOS:
+        sha, files = hub_tree(endpoint, repo, "main")
+        blobs = {}
+        for f in files:
+            with opener.open(file_url(endpoint, repo, sha, f.path), timeout=60) as r:
+                blobs[f.path] = r.read()
+        push_tar(lab, blobs, f"/root/models/{repo.split('/')[1]}")
+    push_tar(lab, {OLD: UNIT.encode()}, "/etc/systemd/system")
+    sh(lab, f"chown -R root:root /etc/systemd/system/{OLD} /root/models && systemctl daemon-reload && "
+            f"systemctl enable --now {OLD} && for i in $(seq 1 100); do "
+            "/root/venv/bin/python -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:30001/health\", "
+            "timeout=1)' 2>/dev/null && break; sleep 0.2; done")
+    pid = sh(lab, f"systemctl show -p MainPID --value {OLD}")
+    assert int(pid) > 0
+    return {"endpoint": endpoint, "pid": pid}
+
+
+def test_site_refuses_a_hand_made_deployment_before_any_change(lab, playbook, handmade):
+    before = sh(lab, WITNESS, check=False)
+    run = playbook("site.yml", limit="b300", timeout=600)
+    assert run.rc != 0
+    failed = [ev["event_data"] for ev in run.events if ev.get("event") == "runner_on_failed"]
+    assert len(failed) == 1 and failed[0]["task"].startswith("Find other SGLang units"), run.failures()
+    msg = failed[0]["res"]["msg"]
+    for needle in (f"unit {OLD} (active/running, enabled, user root, pid {handmade['pid']})",
+                   f"pid {handmade['pid']} (unit {OLD}, user root): listens on port 30001",
+                   "sglang_standin.launch_server", "GPU: no nvidia-smi", "nothing was changed",
+                   f'takeover_units": ["{OLD}"]', f"systemctl disable --now {OLD}"):
+        assert needle in msg, (needle, msg)
+    plays = {ev["event_data"].get("play") for ev in run.events if ev.get("event") == "runner_on_ok"}
+    assert plays <= {"Another SGLang deployment on the host (refuse it, or take over what is handed over)"}, plays
+    assert sh(lab, WITNESS, check=False) == before
+    assert sh(lab, f"systemctl show -p MainPID --value {OLD}") == handmade["pid"]
+
+
+def test_handed_over_it_converges_adopting_the_weights_then_changes_nothing_then_reverts(lab, playbook, handmade):
+    served_before = hub_stats(handmade["endpoint"])["bytes"]
+    run = playbook("site.yml", limit="b300", extravars={"takeover_units": ["sglang-k26-*.service"]}, timeout=1500)
+    assert run.rc == 0, run.failures() + "\n" + run.stdout[-3000:]
+    assert hub_stats(handmade["endpoint"])["bytes"] == served_before  # 0 bytes of weights from the Hub
+    adopted = run.results("Result of adopting Kimi-K2.6") + run.results("Result of adopting Kimi-K2.6-DFlash-tmp-long")
+    assert [r["method"] for r in adopted] == ["hardlink", "hardlink"] and all(r["files_adopted"] > 0 for r in adopted)
+    assert sh(lab, f"systemctl is-active {OLD}; systemctl is-enabled {OLD}", check=False).split() == \
+        ["inactive", "disabled"]
+    assert sh(lab, "systemctl is-active sglang.service") == "active"
+    record = json.loads(sh(lab, "cat /var/lib/sglang-takeover/record.json"))
+    assert [u["unit"] for u in record[-1]["units"]] == [OLD] and record[-1]["units"][0]["unit_file"] == UNIT
+    assert record[-1]["units"][0]["main_pid"] == int(handmade["pid"])
+    assert sh(lab, "stat -c %i /srv/models/Kimi-K2.6/config.json /root/models/Kimi-K2.6-tiny/config.json "
+                   "| uniq | wc -l") == "1"
+
+    again = playbook("site.yml", limit="b300", extravars={"takeover_units": ["sglang-k26-*.service"]}, timeout=900)
+    assert again.rc == 0, again.failures() + "\n" + again.stdout[-3000:]
+    assert again.changed_count(HOST) == 0, again.stdout[-4000:]
+
+    back = playbook("playbooks/takeover_revert.yml", limit="b300", timeout=300)
+    assert back.rc == 0, back.failures()
+    assert sh(lab, f"systemctl is-active {OLD}; systemctl is-enabled {OLD}; systemctl is-active sglang.service",
+              check=False).split() == ["active", "enabled", "inactive"]
