@@ -110,7 +110,10 @@ class _Tracker:
                 choice = choices[0]
                 piece = choice.get("text")
                 if piece is None:
-                    piece = (choice.get("delta") or {}).get("content") or ""
+                    # A reasoning model streams its thinking as delta.reasoning_content (--reasoning-parser):
+                    # counted like content, as real 0.5.11's bench_serving does (async_request_openai_chat_completions).
+                    delta = choice.get("delta") or {}
+                    piece = (delta.get("reasoning_content") or "") + (delta.get("content") or "")
             if piece:
                 if self.keep_text:
                     self.texts.append(piece)

@@ -33,8 +33,8 @@ def _lab_registry():
 # the other (LabScheduling below), and a worker has one lab up at a time. Labs are handed out in the order below, the
 # costliest first (measured per lab, seconds on this machine's two cores), so the two workers end close together; a
 # test of no lab (a molecule scenario: its own lab, made and removed by molecule) is a unit of its own, handed out last.
-GROUP_COST_ORDER = ("bench", "site", "rolling", "fleet", "service", "venv", "cuda", "ccache", "multinode", "models",
-                    "itest")
+GROUP_COST_ORDER = ("bench", "service", "takeover", "rolling", "fleet", "site", "venv", "home", "cuda", "ccache",
+                    "multinode", "models", "itest")
 
 
 def _module_lab(module) -> str | None:

@@ -70,9 +70,3 @@ def test_a_venv_change_is_served_in_the_same_run_and_no_other_venv_starts_under_
     journal = lab.ssh("b300-lab", "journalctl -u sglang.service -n 20 --no-pager").stdout
     assert "refusing to start" in journal and new_hash in journal and "0000-not-this-venv" in journal, journal
     lab.ssh("b300-lab", "cp /root/digest.keep /opt/sglang/venv/.sglang-venv-digest")
-
-    # back to the shipped series: the venv changes again and the same run serves it
-    back = playbook("site.yml", limit="b300", timeout=1500)
-    assert back.rc == 0, back.failures() + "\n" + back.stdout[-3000:]
-    assert lab.ssh("b300-lab", "systemctl is-active sglang.service").stdout.strip() == "active"
-    assert lab.ssh("b300-lab", "cat /opt/sglang/venv/.sglang-venv-digest").stdout.strip() == before_hash

@@ -69,6 +69,20 @@ def test_tracker_counts_one_token_per_openai_chunk():
     assert tracker.texts == ["w0", "w1", "w2"]
 
 
+def test_a_reasoning_models_thinking_chunks_count_like_content_as_in_bench_serving():
+    """--reasoning-parser: the thinking streams as delta.reasoning_content while content is null. Real 0.5.11's
+    bench_serving counts both (first token = first thinking chunk); reading content alone would put TTFT at the end
+    of the thinking and drop its tokens."""
+    tracker = bench_client._Tracker("sglang-oai-chat", prompt_len=3, keep_text=True)
+    tracker.st = 10.0
+    chunks = [({"reasoning_content": "hm", "content": None}, 10.1), ({"reasoning_content": " ok"}, 10.15),
+              ({"content": "Paris"}, 10.2)]
+    for delta, now in chunks:
+        tracker.on_event(json.dumps({"choices": [{"delta": delta}]}), now)
+    assert tracker.result.ttft == pytest.approx(0.1) and tracker.result.itl == pytest.approx([0.05, 0.05])
+    assert tracker.texts == ["hm", " ok", "Paris"]
+
+
 def test_multi_token_chunks_are_all_counted():
     with FixtureServer(itl=0.02, tokens_per_chunk=4) as server:
         row = cell(server, concurrency=1, num_prompts=2, output_len=9)
