@@ -44,7 +44,7 @@ lint: venv
 	$(BIN)/ansible-lint -q --profile production
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 2 tests/unit
 
 # The lab suite, molecule scenarios included (tests/integration/test_molecule.py), on ITEST_WORKERS workers: each
 # lab's tests stay together in one worker (tests/integration/conftest.py), the costliest labs are handed out first.
