@@ -1,7 +1,8 @@
 """Lab tests of playbooks/bench.yml and playbooks/sweep.yml against the SGLang stand-in on b300-lab.
 
-The baseline service is deployed once (playbooks/venv.yml + playbooks/service.yml); ct200-lab deliberately gets no
-service, so it is "a host that is not serving". Matrices are tiny: the point is behaviour, not numbers.
+The baseline service is deployed once (the service scenario's prepare.yml: venv and drafter config, then
+playbooks/service.yml); ct200-lab deliberately gets no service, so it is "a host that is not serving". Matrices are
+tiny: the point is behaviour, not numbers.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def unit_state(lab, host=HOST):
 def served(lab, request):
     """Baseline service on b300-lab (the host's nvlink profile, run by the stand-in)."""
     from tests.helpers.playbook import run_playbook
-    for playbook in ("playbooks/venv.yml", "playbooks/service.yml"):
+    # the lab venv and the lab drafter's config (the service's drafter check reads it), then the service
+    for playbook in ("roles/sglang_service/molecule/default/prepare.yml", "playbooks/service.yml"):
         r = run_playbook(lab, playbook, limit=HOST, timeout=900)
         assert r.rc == 0, f"{playbook} failed:\n{r.stdout[-4000:]}"
     state = unit_state(lab)
