@@ -162,3 +162,24 @@ def test_the_scratch_home_is_removed_after_a_refusal_and_a_timeout(tmp_path, mon
     assert pf.check(sys.executable, "slowparser", [], env={"PYTHONPATH": str(tmp_path)}, timeout=1)["rc"] == 124
     assert not pf.check(sys.executable, MODULE, ["--no-such-flag"], env=ENV, timeout=60)["accepted"]
     assert len(made) == 2 and not any(os.path.exists(m) for m in made)
+
+
+def test_the_h200_recording_real_sglang_writes_under_home_only_without_the_scratch_home():
+    """tests/fixtures/real_sglang/preflight_home-0.5.11-h200.json (preflight_home.py run on the H200 with real 0.5.11,
+    as root, HOME an absent directory): check() with its scratch home left nothing under the service's HOME and no
+    scratch directory behind; the same run without it (the code before issue 25) created HOME with root-owned JIT
+    caches in it."""
+    import json
+    from pathlib import Path
+    rec = json.loads((Path(__file__).resolve().parents[3]
+                      / "tests/fixtures/real_sglang/preflight_home-0.5.11-h200.json").read_text())
+    assert rec["scratch"]["accepted"] and not rec["scratch"]["home_exists_after"]
+    assert rec["scratch"]["files_under_home"] == [] and rec["scratch"]["scratch_dirs_left"] == []
+    written = rec["no_scratch"]["files_under_home"]
+    assert rec["no_scratch"]["accepted"] and written and all(f["uid"] == rec["uid"] == 0 for f in written)
+    # what it wrote: FlashInfer's JIT log and Triton's compiled helper, the caches the scratch variables name
+    assert {f["path"].split("/")[1] if f["path"].startswith(".cache/") else f["path"].split("/")[0]
+            for f in written} == {"flashinfer", ".triton"}
+    env = pf.scratch_env("/scratch")
+    assert env["HOME"] == "/scratch" and env["TRITON_CACHE_DIR"] == "/scratch/.triton/cache"
+    assert env["FLASHINFER_WORKSPACE_BASE"] == "/scratch"

@@ -164,3 +164,13 @@ def test_think_forever_fault_never_ends_thinking():
     choice = body["choices"][0]
     assert choice["message"]["content"] is None and choice["finish_reason"] == "length"
     assert body["usage"]["completion_tokens"] == 50 and len(choice["message"]["reasoning_content"]) > 100
+
+
+def test_the_fixtures_parser_answers_are_real_0511s_as_recorded_on_the_h200():
+    """chat_parsers-0.5.11.recorded.json: record_chat_parsers.py ran real 0.5.11's ReasoningParser("kimi_k2") and
+    FunctionCallParser(tools, "kimi_k2") on the H200 over this fixture's inputs. Their answers are the fixture's, so the
+    tests above hold the stand-in's port to the real parsers, not to a reading of them."""
+    recorded = json.loads((ROOT / "tests/fixtures/real_sglang/chat_parsers-0.5.11.recorded.json").read_text())
+    assert recorded["sglang_version"] == "0.5.11"
+    for section in ("reasoning_whole", "reasoning_stream", "tools_whole", "tools_stream"):
+        assert recorded[section] == REAL[section], section
