@@ -132,7 +132,7 @@ def test_the_group_is_ready_only_when_both_ranks_are_up(held_then_ready, lab):
                                                       "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
     assert status == 200 and out["text"] and out["meta_info"]["completion_tokens"] > 0
     assert http(lab, RANK1, "/health")[0] == 200 and http(lab, RANK1, "/v1/models", key)[0] == 404
-    assert ready.result("Known-answer prompts, degenerate-output check, tok/s and accept length", RANK1)[
+    assert ready.result("Known-answer prompts, degenerate-output check, tool call, tok/s and accept length", RANK1)[
         "_event"] == "runner_on_skipped"
     dist = f"--dist-init-addr {address(lab, RANK0)}:5000"
     for host, rank in ((RANK0, 0), (RANK1, 1)):

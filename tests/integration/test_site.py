@@ -34,7 +34,7 @@ def test_a_venv_change_is_served_in_the_same_run_and_no_other_venv_starts_under_
     series = tmp_path / "series-dir"
     shutil.copytree(root / "roles/venv/files/patches/lab", series)
     (series / "0004-site-venv-change.patch").write_text(
-        "--- /dev/null\n+++ b/lab_site_venv_change.py\n@@ -0,0 +1 @@\n+MARK = 'site test: a new venv'\n")
+        "--- /dev/null\n+++ b/sglang_standin/lab_site_venv_change.py\n@@ -0,0 +1 @@\n+MARK = 'site test: a new venv'\n")
     with (series / "series").open("a") as fh:
         fh.write("0004-site-venv-change.patch\n")
     before_pid = _main_pid(lab)
@@ -50,13 +50,13 @@ def test_a_venv_change_is_served_in_the_same_run_and_no_other_venv_starts_under_
     assert [r["play"] for r in restarts] == ["Serve the new venv where this run swapped it"], restarts
     ready = run.result("Restart sglang service", "b300-lab")
     assert ready["time_to_ready"] > 0 and str(ready["pid"]) != before_pid
-    smoke = run.results("Known-answer prompts, degenerate-output check, tok/s and accept length")
+    smoke = run.results("Known-answer prompts, degenerate-output check, tool call, tok/s and accept length")
     assert smoke and all(r["_host"] == "b300-lab" for r in smoke)
     env = lab.ssh("b300-lab", "systemctl show -p Environment --value sglang.service").stdout
     assert f"SGLANG_SERVICE_VENV_HASH={new_hash}" in env
     # the process that serves now runs the new venv: its patch is importable from the service's python
     assert "a new venv" in lab.ssh("b300-lab", "/opt/sglang/venv/bin/python -c "
-                                               "'import lab_site_venv_change as m; print(m.MARK)'").stdout
+                                               "'from sglang_standin import lab_site_venv_change as m; print(m.MARK)'").stdout
 
     # a venv swapped behind the unit's back (what a half-finished run or a hand copy leaves): the unit refuses it
     lab.ssh("b300-lab", "cp /opt/sglang/venv/.sglang-venv-digest /root/digest.keep; "

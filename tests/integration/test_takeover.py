@@ -23,14 +23,14 @@ LAB_NAME = "takeover"
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "b300-lab"
 OLD = "sglang-k26-ddtree.service"
-REPOS = ("demo/Kimi-K2.6-tiny", "demo/Kimi-K2.6-DFlash-tiny")  # group_vars/lab/models.yml
+REPOS = ("demo/Kimi-K2.6", "demo/Kimi-K2.6-DFlash")  # group_vars/lab/models.yml: deploy_model_repo, deploy_draft_model_repo
 UNIT = f"""[Unit]
 Description=Kimi K2.6 DDTree (by hand)
 After=network-online.target
 
 [Service]
 Environment=SGLANG_STANDIN_LOAD_S=0.5 SGLANG_STANDIN_WARMUP_S=0.2 SGLANG_STANDIN_SHUTDOWN_S=1
-ExecStart=/root/venv/bin/python -m sglang_standin.launch_server --model-path /root/models/Kimi-K2.6-tiny \
+ExecStart=/root/venv/bin/python -m sglang_standin.launch_server --model-path /root/models/Kimi-K2.6 \
 --host 0.0.0.0 --port 30001 --trust-remote-code
 Restart=on-failure
 
@@ -113,7 +113,7 @@ def test_handed_over_it_converges_adopting_the_weights_then_changes_nothing_then
     run = playbook("site.yml", limit="b300", extravars={"takeover_units": ["sglang-k26-*.service"]}, timeout=1500)
     assert run.rc == 0, run.failures() + "\n" + run.stdout[-3000:]
     assert hub_stats(handmade["endpoint"])["bytes"] == served_before  # 0 bytes of weights from the Hub
-    adopted = run.results("Result of adopting Kimi-K2.6") + run.results("Result of adopting Kimi-K2.6-DFlash-tmp-long")
+    adopted = run.results("Result of adopting Kimi-K2.6") + run.results("Result of adopting Kimi-K2.6-DFlash")
     assert [r["method"] for r in adopted] == ["hardlink", "hardlink"] and all(r["files_adopted"] > 0 for r in adopted)
     assert sh(lab, f"systemctl is-active {OLD}; systemctl is-enabled {OLD}", check=False).split() == \
         ["inactive", "disabled"]
@@ -121,7 +121,7 @@ def test_handed_over_it_converges_adopting_the_weights_then_changes_nothing_then
     record = json.loads(sh(lab, "cat /var/lib/sglang-takeover/record.json"))
     assert [u["unit"] for u in record[-1]["units"]] == [OLD] and record[-1]["units"][0]["unit_file"] == UNIT
     assert record[-1]["units"][0]["main_pid"] == int(handmade["pid"])
-    assert sh(lab, "stat -c %i /srv/models/Kimi-K2.6/config.json /root/models/Kimi-K2.6-tiny/config.json "
+    assert sh(lab, "stat -c %i /srv/models/Kimi-K2.6/config.json /root/models/Kimi-K2.6/config.json "
                    "| uniq | wc -l") == "1"
 
     again = playbook("site.yml", limit="b300", extravars={"takeover_units": ["sglang-k26-*.service"]}, timeout=900)
