@@ -88,11 +88,40 @@ def remove_bridge(bridge: str) -> None:
     run(["ip", "link", "del", bridge], check=False)
 
 
+def orphan_proxies(pdir: Path, proc: str = "/proc") -> list[int]:
+    """tinyproxy processes started with this lab's config (pdir/tinyproxy.conf) that its state no longer names: what a
+    run killed between starting the proxy and saving the state leaves. Still bound to the gateway's port, one would
+    make every later proxy on the same subnet fail with "Could not create listening sockets"."""
+    conf = str(pdir / "tinyproxy.conf")
+    found = []
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        try:
+            argv = Path(proc, pid, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"tinyproxy") and conf.encode() in argv:
+            found.append(int(pid))
+    return found
+
+
+def _kill_orphans(pdir: Path) -> None:
+    for pid in orphan_proxies(pdir):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while pid_alive(pid, "tinyproxy") and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def ensure_proxy(state: dict, pdir: Path) -> None:
-    """tinyproxy on the gateway (state["proxy_pid"]), configured in pdir; bounded wait until it listens."""
+    """tinyproxy on the gateway (state["proxy_pid"]), configured in pdir; bounded wait until it listens. An orphan
+    of an earlier run of this lab (orphan_proxies) is killed first."""
     pid = state.get("proxy_pid", 0)
     if pid and pid_alive(pid, "tinyproxy"):
         return
+    _kill_orphans(pdir)
     pdir.mkdir(parents=True, exist_ok=True)
     os.chmod(pdir, 0o777)
     (pdir / "filter").write_text("\n".join(PROXY_ALLOWED_DOMAINS) + "\n")
@@ -117,7 +146,7 @@ def ensure_proxy(state: dict, pdir: Path) -> None:
 
 
 def stop_proxy(state: dict) -> None:
-    """SIGTERM the lab's tinyproxy, SIGKILL after 5 s."""
+    """SIGTERM the lab's tinyproxy, SIGKILL after 5 s; and any orphan of this lab's proxy config."""
     pid = state.get("proxy_pid", 0)
     if pid and pid_alive(pid, "tinyproxy"):
         os.kill(pid, signal.SIGTERM)
@@ -126,6 +155,8 @@ def stop_proxy(state: dict) -> None:
             time.sleep(0.05)
         if pid_alive(pid, "tinyproxy"):
             os.kill(pid, signal.SIGKILL)
+    if state.get("name"):
+        _kill_orphans(STATE_ROOT / state["name"] / "proxy")
 
 
 def proxy_running(state: dict) -> bool:
