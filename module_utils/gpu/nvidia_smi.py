@@ -158,15 +158,9 @@ def find_binary(nvidia_smi=BINARY):
     return shutil.which(nvidia_smi)
 
 
-def query_gpus(nvidia_smi=BINARY, run=None, timeout=60, fields=QUERY_FIELDS):
-    """The host's GPUs: `nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` run and parsed
-    (parse_query_gpu), or None when the host has no nvidia-smi (find_binary). `run` is subprocess.run or a
-    stand-in called the same way. NvidiaSmiError when it is there but cannot be run or exits non-zero,
-    NvidiaSmiParseError when it answers in another format."""
-    binary = find_binary(nvidia_smi)
-    if not binary:
-        return None
-    argv = [binary] + list(query_args(tuple(fields)))
+def _stdout(argv, run, timeout):
+    """Run nvidia-smi (`run`: subprocess.run or a stand-in called the same way) and return its stdout; NvidiaSmiError
+    with the argv, rc and output when it cannot be run or exits non-zero."""
     run = run or subprocess.run
     try:
         out = run(argv, capture_output=True, text=True, timeout=timeout, check=False)
@@ -176,7 +170,19 @@ def query_gpus(nvidia_smi=BINARY, run=None, timeout=60, fields=QUERY_FIELDS):
         said = (out.stderr or out.stdout or "").strip()[-500:]
         raise NvidiaSmiError("%s exited %s: %s" % (" ".join(argv), out.returncode, said),
                              evidence={"argv": argv, "rc": out.returncode, "output": said})
-    return parse_query_gpu(out.stdout, fields)
+    return out.stdout
+
+
+def query_gpus(nvidia_smi=BINARY, run=None, timeout=60, fields=QUERY_FIELDS):
+    """The host's GPUs: `nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits` run and parsed
+    (parse_query_gpu), or None when the host has no nvidia-smi (find_binary). `run` is subprocess.run or a
+    stand-in called the same way. NvidiaSmiError when it is there but cannot be run or exits non-zero,
+    NvidiaSmiParseError when it answers in another format."""
+    binary = find_binary(nvidia_smi)
+    if not binary:
+        return None
+    argv = [binary] + list(query_args(tuple(fields)))
+    return parse_query_gpu(_stdout(argv, run, timeout), fields)
 
 
 # The processes holding GPU memory: `--query-compute-apps` (nvidia-smi --help-query-compute-apps: pid, gpu_uuid,
@@ -217,16 +223,7 @@ def query_compute_apps(nvidia_smi=BINARY, run=None, timeout=60):
     if not binary:
         return None
     argv = [binary] + list(COMPUTE_APPS_ARGS)
-    run = run or subprocess.run
-    try:
-        out = run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise NvidiaSmiError("%s: %s" % (" ".join(argv), exc), evidence={"argv": argv})
-    if out.returncode != 0:
-        said = (out.stderr or out.stdout or "").strip()[-500:]
-        raise NvidiaSmiError("%s exited %s: %s" % (" ".join(argv), out.returncode, said),
-                             evidence={"argv": argv, "rc": out.returncode, "output": said})
-    return parse_compute_apps(out.stdout)
+    return parse_compute_apps(_stdout(argv, run, timeout))
 
 
 IDENTITY_FIELDS = (("gpu_name", "name"), ("compute_capability", "compute_capability"),
