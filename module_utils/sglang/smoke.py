@@ -73,7 +73,9 @@ def run(base_url: str, model: str, api_key: str | None = None, prompts=DEFAULT_P
         entry["verdict"] = _verdict(item, reply, error, tokens)
         answers.append(entry)
         if entry["verdict"] != "ok":
-            failures.append(f"{item['prompt']!r} -> {text!r}: {entry['verdict']}")
+            # the verdict first and the answer cut: a looping answer of a thinking budget runs to thousands of
+            # characters, and whoever shortens the message (a sweep's reason) must still see why
+            failures.append(f"{entry['verdict']}: {item['prompt']!r} -> {text if text is None else text[:200]!r}")
 
     result = {"answers": answers, "tok_s": None, "ttft_s": None, "completion_tokens": None, "accept_length": None,
               "throughput_output": None, "tool_call": None}
