@@ -31,10 +31,11 @@ def _lab_registry():
 
 # The suite runs on two workers (pytest-xdist, `make integration`): every test of one lab runs in one worker, one after
 # the other (LabScheduling below), and a worker has one lab up at a time. Labs are handed out in the order below, the
-# costliest first (measured per lab, seconds on this machine's two cores), so the two workers end close together; a
-# test of no lab (a molecule scenario: its own lab, made and removed by molecule) is a unit of its own, handed out last.
-GROUP_COST_ORDER = ("bench", "service", "takeover", "rolling", "fleet", "site", "venv", "home", "cuda", "ccache",
-                    "multinode", "models", "itest")
+# costliest first (measured per lab on this machine's two cores, the molecule scenarios a lab hosts included), so the
+# two workers end close together; a test of no lab (a molecule scenario on a lab of its own, made and removed by
+# molecule) is a unit of its own, handed out last.
+GROUP_COST_ORDER = ("bench", "rolling", "service", "venv", "site", "fleet", "multinode", "cuda", "ccache", "models",
+                    "takeover", "home", "itest")
 
 
 def _module_lab(module) -> str | None:

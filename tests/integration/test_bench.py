@@ -330,9 +330,7 @@ def test_applying_the_proposal_reconfigures_and_a_bad_one_leaves_the_old_service
     assert restored == cmdline                                       # the winner's flags again
     environ = lab.ssh(HOST, f"tr '\\0' '\\n' < /proc/{after['MainPID']}/environ").stdout
     assert "SGLANG_STANDIN_FAULT" not in environ
-    # put the host's configured service back for the tests after this one
-    back = playbook("playbooks/service.yml", limit=HOST, timeout=900)
-    assert back.rc == 0, back.stdout[-4000:]
+    # the host serves the winner, ready (asserted above): the tests after this one need a serving host, not the profile
 
 
 def test_bad_workloads_are_refused_before_anything_runs(served, lab, playbook):

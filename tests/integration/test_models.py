@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.testhub import HubProcess
+from tests.helpers.molecule import run_scenario
 from tests.helpers.playbook import run_playbook, start_playbook
 
 LAB_NAME = "models"
@@ -70,6 +71,13 @@ def test_check_mode_then_converge_then_noop_on_both_hosts(lab, playbook):
     again = playbook(PLAYBOOK)
     assert again.rc == 0 and again.changed_count("b300-lab") == 0 and again.changed_count("ct200-lab") == 0, \
         again.stdout[-3000:]
+
+
+def test_molecule_scenario_of_the_models_role_on_this_lab(lab, tmp_path):
+    """The models role's molecule scenario here, where the test above left both hosts converged on the lab's models:
+    its converge and idempotence are no-ops, its verify (hash everything, flip a byte, find it, repair) runs on these
+    hosts; the convergence is paid once (tests/helpers/molecule.py HOSTED)."""
+    run_scenario("models", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
 
 
 CHECK_FETCH = "Fetch each model (check mode - what a real run would fetch)"

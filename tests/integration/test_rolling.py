@@ -13,6 +13,7 @@ import pytest
 
 from lab.host_sets import ROUTER_LAB_HOSTS
 from lab.lab import Lab
+from tests.helpers.molecule import run_scenario
 from tests.helpers.playbook import run_playbook
 from tests.helpers.router_load import Load
 
@@ -66,6 +67,12 @@ def speculative_env() -> dict:
 
 
 ROUTER_PORT = 30000  # roles/sglang_router defaults: sglang_router_port
+
+
+def test_molecule_scenario_of_the_router_role_on_this_lab(lab, tmp_path):
+    """The router role's molecule scenario first, on this lab (same hosts, same inventory): its converged workers and
+    router are where the roll tests start, so that convergence is paid once (tests/helpers/molecule.py HOSTED)."""
+    run_scenario("sglang_router", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 that leave the old process running, the stand-in fault matrix with its verdicts, the restart race, secrets."""
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.molecule import run_scenario
 from tests.helpers.playbook import run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +41,17 @@ def failed_task(run) -> dict:
     failed = [ev["event_data"] for ev in run.events if ev.get("event") == "runner_on_failed"]
     assert failed, f"nothing failed (rc={run.rc})\n{run.stdout[-2000:]}"
     return {"task": failed[0]["task"], **failed[0]["res"]}
+
+
+# The service role's and the bench role's molecule scenarios run first, on this lab: the hosts they converge (venv,
+# drafter config and the service on both profiles, then a bench that restarts nothing) are where this module's tests
+# start, so that convergence is paid once (tests/helpers/molecule.py HOSTED).
+def test_molecule_scenario_of_the_service_role_on_this_lab(lab, tmp_path):
+    run_scenario("sglang_service", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
+
+
+def test_molecule_scenario_of_the_bench_role_on_this_lab(lab, tmp_path):
+    run_scenario("sglang_bench", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +250,26 @@ def test_production_parsers_on_the_standin_think_call_tools_and_pass_the_smoke(d
         assert call["tool_calls"][0]["id"] == "functions.get_weather:0"
         # the lab model has no chat template: no switch to send, so each request had the thinking budget
         assert smoke["thinking_switch"]["chat_template_kwargs"] == {}
+
+
+def test_the_old_content_only_smoke_fails_on_a_model_that_thinks_longer_and_the_smoke_passes(deployed, lab):
+    """40 tokens of thought before the answer (the production model thinks for far longer): the request the smoke made
+    before issue 25 (max_tokens 32, message.content only) sees no answer, "empty output" by the product's own
+    degenerate check; the smoke of this run passes on the same server, answers and tool call."""
+    from ansible.module_utils.sglang.degenerate import degenerate
+    run = service(lab, limit=CT200, env={"SGLANG_STANDIN_THINK_TOKENS": "40"})
+    assert run.rc == 0, run.stdout[-3000:]
+    smoke = run.result(SMOKE_TASK, CT200)
+    assert [a["output"] for a in smoke["answers"]] == ["Paris", "42", "blue harbour lantern"]
+    assert smoke["tool_call"]["verdict"] == "ok", smoke["tool_call"]
+    auth = "-H \"Authorization: Bearer $(sed -n 's/^SGLANG_SERVICE_API_KEY=//p' /etc/sglang/sglang.env)\""
+    model = json.loads(lab.ssh(CT200, f"curl -sf {auth} http://127.0.0.1:30001/v1/models").stdout)["data"][0]["id"]
+    body = {"model": model, "temperature": 0, "max_tokens": 32,
+            "messages": [{"role": "user", "content": "What is the capital of France? Answer with one word."}]}
+    old = lab.ssh(CT200, f"curl -sf {auth} -H 'Content-Type: application/json' -d @- "
+                         "http://127.0.0.1:30001/v1/chat/completions", input=json.dumps(body)).stdout
+    message = json.loads(old)["choices"][0]["message"]
+    assert message["reasoning_content"] and degenerate(message["content"] or "") == "empty output", message
 
 
 def test_a_model_that_never_stops_thinking_fails_the_smoke_naming_it(deployed, lab):

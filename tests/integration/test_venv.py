@@ -15,6 +15,7 @@ import pytest
 
 from ansible.module_utils.venv import lock as venv_lock
 from ansible.module_utils.venv import patch as venv_patch
+from tests.helpers.molecule import run_scenario
 from tests.helpers.playbook import start_playbook
 
 LAB_NAME = "venv"
@@ -180,6 +181,13 @@ def test_importing_the_streamed_venv_as_an_unprivileged_user_compiles_nothing(la
     before = sh(lab, "b300-lab", snapshot)
     sh(lab, "b300-lab", f"cd / && env -u PYTHONDONTWRITEBYTECODE {VENV}/bin/python -c '{imports}'")
     assert sh(lab, "b300-lab", snapshot) == before
+
+
+def test_molecule_scenario_of_the_venv_role_on_this_lab(lab, tmp_path):
+    """The venv role's molecule scenario here, where this lab already holds what it converges (the lab flavour built on
+    ct200-lab and streamed to b300-lab, by the tests above): its converge and idempotence are no-ops, its verify runs
+    on these hosts; the convergence is paid once (tests/helpers/molecule.py HOSTED)."""
+    run_scenario("venv", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
 
 
 def test_corrupted_file_is_detected_and_repaired(lab, playbook):
