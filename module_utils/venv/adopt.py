@@ -276,6 +276,11 @@ def revert(record_path: str, check_mode: bool = False) -> dict:
     if how == "rename" and os.path.lexists(source):
         raise AdoptError(f"{source} exists again: the adopted venv {path} cannot be moved back there",
                          check="revert", record_path=record_path)
+    fact = read_json(entry.get("fact_path") or "") or {}
+    if how == "rename" and (fact.get("method") != "adopted" or fact.get("adopted_from") != source):
+        raise AdoptError(f"the venv at {path} is no longer the one adopted from {source} (its fact records method "
+                         f"{fact.get('method')!r}: the venv role built over it), so {source} cannot be restored",
+                         check="revert", record_path=record_path)
     msg = f"{path} moved back to {source}" if how == "rename" else f"our copy {path} removed ({source} was kept)"
     if check_mode:
         return {"changed": True, "msg": f"would undo the adoption: {msg}", "relocated": []}
@@ -288,9 +293,8 @@ def revert(record_path: str, check_mode: bool = False) -> dict:
         os.rename(path, source)
     else:
         shutil.rmtree(path)
-    fact_path = entry.get("fact_path") or ""
-    if fact_path and (read_json(fact_path) or {}).get("adopted_from") == source:
-        os.unlink(fact_path)
+    if fact.get("adopted_from") == source:
+        os.unlink(entry["fact_path"])
     entry["reverted"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     save_record(record_path, takeovers)
     return {"changed": True, "msg": msg, "relocated": relocated}

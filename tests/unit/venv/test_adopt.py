@@ -153,3 +153,13 @@ def test_relocate_leaves_a_longer_sibling(tmp_path):
     (tmp_path / "bin/x").write_text("#!/root/venv/bin/python\n# /root/venv2/bin/y /root/venv\n")
     assert va.relocate(str(tmp_path), "/root/venv", "/opt/v") == ["x"]
     assert (tmp_path / "bin/x").read_text() == "#!/opt/v/bin/python\n# /root/venv2/bin/y /opt/v\n"
+
+
+def test_revert_refuses_a_venv_the_role_built_over(tmp_path, old):
+    run_adopt(tmp_path, old)
+    fact = json.loads((tmp_path / "fact.json").read_text())
+    (tmp_path / "fact.json").write_text(json.dumps(dict(fact, method="build")))
+    with pytest.raises(va.AdoptError) as err:
+        va.revert(str(tmp_path / "record.json"))
+    assert err.value.evidence["check"] == "revert" and "built over it" in err.value.message
+    assert (tmp_path / "opt/venv").exists() and not old.exists()
