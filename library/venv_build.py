@@ -65,6 +65,14 @@ options:
   clone_subdir: {description: "Directory of the checkout with pyproject.toml (real SGLang: python); empty = the root.", type: str, default: ""}
   clone_dir: {description: Host directory the commit is checked out into (recreated on every fetch)., type: path, default: ""}
   clone_timeout: {description: Seconds allowed for each git step., type: int, default: 1800}
+  adopted_pin:
+    description:
+      - C(dist==version) the flavour pins for SGLang. A live venv whose fact says method C(adopted) (an operator's venv
+        adopted by roles/takeover, library/venv_adopt.py) is kept, not rebuilt, while its content hash is the one
+        recorded at adoption and its fact records this pin, the flavour, the patch series hash and the schema module
+        (it is then returned as C(adopted)). Empty = an adopted venv is rebuilt from the lock.
+    type: str
+    default: ""
 author: [sglang-deploy]
 """
 
@@ -100,6 +108,7 @@ recovered: {description: "What an earlier run left and this one removed (a faile
 patches_applied: {description: Patches applied in the stage., type: list, returned: when built}
 patch_form: {description: "The series' form - site (patch -p1), repository (python/... paths, patch -p2), or empty with no patches.", type: str, returned: when the build inputs are on the host}
 clone: {description: "Clone route only: repo (credentials stripped), commit, subdir, fetched (bool), fetch (depth1|full|'')", type: dict, returned: when clone_repo is given}
+adopted: {description: "The adoption's fact keys kept (method, source, adopted_from, ...) when an adopted venv is kept.", type: dict, returned: when an adopted venv is kept}
 flag_schema: {description: "The stage's flag schema: sha256, sglang_version, options (count), module, path; {} when none was extracted.", type: dict, returned: always}
 """
 
@@ -129,6 +138,7 @@ def main():
             clone_subdir=dict(type="str", default=""),
             clone_dir=dict(type="path", default=""),
             clone_timeout=dict(type="int", default=1800),
+            adopted_pin=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )

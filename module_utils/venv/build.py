@@ -99,12 +99,17 @@ def recipe(flavour: str, python: str, lock: str, local_packages: list[str], patc
     return parts
 
 
-def up_to_date(live: str, fact_path: str, recipe_hash: str) -> tuple[bool, str, dict]:
-    """(live venv matches recipe and its recorded content, reason, live summary)."""
+def up_to_date(live: str, fact_path: str, recipe_hash: str, adopted: dict | None = None) -> tuple[bool, str, dict]:
+    """(live venv matches recipe and its recorded content, reason, live summary). adopted: what an adopted venv's
+    fact must still record to be kept (adopted_kept)."""
     if not is_venv(live):
         return False, f"no venv at {live}", {}
     fact = read_json(fact_path) or {}
     info = summary(scan(live))
+    if fact.get("method") == "adopted":
+        why = adopted_kept(fact, info["digest"], adopted or {})
+        return not why, why or (f"adopted venv (from {fact.get('adopted_from')}) kept: unchanged since its "
+                                "adoption, verified for this flavour, pin, patch series and schema module"), info
     if fact.get("recipe_hash") != recipe_hash:
         return False, ("recipe changed (lock, local packages, patches, python, flavour, install mode or flag "
                        "schema module)"), info
@@ -112,6 +117,30 @@ def up_to_date(live: str, fact_path: str, recipe_hash: str) -> tuple[bool, str, 
         return False, (f"live venv content {info['digest'][:12]} differs from the recorded "
                        f"{str(fact.get('content_hash'))[:12]} (files changed since the build)"), info
     return True, "live venv matches the recipe and its recorded content hash", info
+
+
+# An adopted venv (module_utils/venv/adopt.py: an operator's venv verified and moved to the venv path; fact method
+# "adopted") was never built from the lock, so its fact has no recipe hash. It is kept, not rebuilt, while its content
+# hash is the one recorded at adoption and the fact still records what adoption verified it for: the flavour, the
+# pinned SGLang (adopted_pin, dist==version), the patch series and the schema module. adopted_pin "" (the role's
+# venv_keep_adopted: false) or any difference rebuilds it from the lock.
+ADOPTED_FOR = ("flavour", "adopted_pin", "patch_series_hash", "adopted_schema_module")
+# the fact's keys of an adoption that the role's provenance step keeps (venv_build returns them as "adopted")
+ADOPTED_KEEP = ("method", "source", "recipe_hash", "adopted_from", "adopted_time", "adopted_pin",
+                "adopted_schema_module")
+
+
+def adopted_kept(fact: dict, digest: str, expected: dict) -> str:
+    """"" when the adopted venv is kept, else why it is rebuilt."""
+    if not expected.get("adopted_pin"):
+        return "an adopted venv is rebuilt from the lock (adopted venvs are not kept: venv_keep_adopted is off)"
+    differs = [f"{k} {fact.get(k)!r} (now {expected.get(k)!r})" for k in ADOPTED_FOR if fact.get(k) != expected.get(k)]
+    if differs:
+        return f"the adopted venv (from {fact.get('adopted_from')}) was verified for another " + ", ".join(differs)
+    if fact.get("content_hash") != digest:
+        return (f"the adopted venv's content {digest[:12]} differs from the recorded "
+                f"{str(fact.get('content_hash'))[:12]} (files changed since its adoption)")
+    return ""
 
 
 def _run(argv: list[str], env: dict, what: str, timeout: int) -> str:
@@ -207,9 +236,11 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
                     patch_dir: str, require_patches: bool, pip_args: list[str], import_names: list[str],
                     fact_path: str, timeout: int = 3600, check_mode: bool = False, schema_module: str = "",
                     clone_repo: str = "", clone_commit: str = "", clone_subdir: str = "", clone_dir: str = "",
-                    clone_timeout: int = CLONE_TIMEOUT, patch_packages: list[str] | tuple = ()) -> dict:
+                    clone_timeout: int = CLONE_TIMEOUT, patch_packages: list[str] | tuple = (),
+                    adopted_pin: str = "") -> dict:
     """What the venv_build module does: decide, then (unless check mode) build the stage. clone_repo given: the
-    clone route (fetch clone_commit into clone_dir, install <clone_dir>/<clone_subdir>; no patch series)."""
+    clone route (fetch clone_commit into clone_dir, install <clone_dir>/<clone_subdir>; no patch series).
+    adopted_pin (dist==version the flavour pins): an adopted venv still verified for it is kept (adopted_kept)."""
     try:
         clone = {}
         if clone_repo:
@@ -242,7 +273,9 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
                              f"{patch_dir} ({', '.join(patches)}) does not apply to it (the fork carries its patches)")
         parts = recipe(flavour, python, lock, local_packages, patch_dir, patches, pip_args, schema_module,
                        clone=clone or None)
-        ok, reason, live = up_to_date(path, fact_path, parts["recipe_hash"])
+        adopted = {"flavour": flavour, "adopted_pin": "" if clone else adopted_pin,
+                   "patch_series_hash": parts["patch_series_hash"], "adopted_schema_module": schema_module}
+        ok, reason, live = up_to_date(path, fact_path, parts["recipe_hash"], adopted)
         result = {"built": not ok, "reason": reason, "recipe": parts, "live_digest": live.get("digest", ""),
                   "patches": patches, "stage": "", "patches_applied": [], "steps": [], "flag_schema": {},
                   "patch_form": form["form"]}
@@ -250,6 +283,9 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
             result["clone"] = clone
             if not ok and check_mode:
                 result["reason"] = f"check mode: {reason}{would_fetch}"
+        if ok and reason.startswith("adopted venv"):  # configure keeps the adoption's record in the fact
+            fact = read_json(fact_path) or {}
+            result["adopted"] = {k: fact[k] for k in ADOPTED_KEEP if k in fact}
         if ok:  # what a failed build left (its stage, e.g. after a hash pip refused): removed, or in check mode named
             result["recovered"] = recover(path, check_mode)
         if ok or check_mode:

@@ -64,11 +64,11 @@ def read_flag_schema(path: str) -> dict:
     return info
 
 
-def extract_flag_schema(stage: str, live: str, schema_module: str, env: dict,
-                        timeout: int = FLAG_SCHEMA_TIMEOUT) -> dict:
-    """Write <venv>/sglang-flag-schema.json from the venv's own parser. Runs the stage's python in the namespace
-    (it sees itself at the live path, as it will run) on the extractor's source, copied to a private temp file:
-    -I (no user site, no PYTHON* variables, not the cwd) and -B (no byte-code in the venv)."""
+def run_extractor(python: str, out: str, schema_module: str, env: dict, timeout: int = FLAG_SCHEMA_TIMEOUT,
+                  wrap=None) -> None:
+    """Run the extractor's source (copied to a private temp file) with python on schema_module, writing out:
+    -I (no user site, no PYTHON* variables, not the cwd) and -B (no byte-code in the venv). wrap(argv), when given,
+    returns the argv that really runs (the build's namespace). BuildError with the extractor's stderr tail."""
     source = extractor_source()
     tmp = tempfile.mkdtemp(prefix="sglang-schema-extract.")
     try:
@@ -77,25 +77,37 @@ def extract_flag_schema(stage: str, live: str, schema_module: str, env: dict,
             fh.write(source)
         os.chmod(tmp, 0o755)  # readable by the namespace's python, whatever umask the module runs under
         os.chmod(script, 0o644)
-        argv = [os.path.join(live, "bin", "python"), "-I", "-B", script, "--module", schema_module,
-                "--out", os.path.join(live, FLAG_SCHEMA_NAME)]
+        argv = [python, "-I", "-B", script, "--module", schema_module, "--out", out]
         run_env = dict(env, CUDA_VISIBLE_DEVICES="")  # the extractor never sees a GPU
-        full = in_namespace(stage, live, argv)
+        full = wrap(argv) if wrap else argv
         try:
-            out = subprocess.run(full, capture_output=True, text=True, check=False, env=run_env, timeout=timeout)
+            run = subprocess.run(full, capture_output=True, text=True, check=False, env=run_env, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             partial = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
             raise BuildError(f"flag schema: extracting {schema_module} timed out after {timeout}s\n"
                              f"{partial.strip()[-3000:]}".rstrip()) from exc
-        if out.returncode != 0:
-            tail = (out.stderr or out.stdout).strip()[-3000:]
+        if run.returncode != 0:
+            tail = (run.stderr or run.stdout).strip()[-3000:]
             raise BuildError(f"flag schema: extracting the parser of {schema_module} from the venv failed "
-                             f"(rc={out.returncode}):\n{tail}")
+                             f"(rc={run.returncode}):\n{tail}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    target = os.path.join(stage, FLAG_SCHEMA_NAME)
+
+
+def usable_schema(target: str, schema_module: str) -> dict:
+    """read_flag_schema of target, BuildError unless it has options and an SGLang version."""
     info = read_flag_schema(target)
     if not info.get("options") or not info.get("sglang_version"):
         raise BuildError(f"flag schema: {schema_module} gave no usable schema ({target}: {info or 'missing'})")
     os.chmod(target, 0o644)
+    return info
+
+
+def extract_flag_schema(stage: str, live: str, schema_module: str, env: dict,
+                        timeout: int = FLAG_SCHEMA_TIMEOUT) -> dict:
+    """Write <venv>/sglang-flag-schema.json from the venv's own parser. Runs the stage's python in the namespace
+    (it sees itself at the live path, as it will run)."""
+    run_extractor(os.path.join(live, "bin", "python"), os.path.join(live, FLAG_SCHEMA_NAME), schema_module, env,
+                  timeout, wrap=lambda argv: in_namespace(stage, live, argv))
+    info = usable_schema(os.path.join(stage, FLAG_SCHEMA_NAME), schema_module)
     return dict(info, module=schema_module, path=os.path.join(live, FLAG_SCHEMA_NAME))

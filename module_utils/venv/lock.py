@@ -277,6 +277,30 @@ def project_name(tree: str) -> str:
         return ""
 
 
+def project_version(tree: str) -> str:
+    """[project].version of a source tree ("" when unknown or dynamic)."""
+    if tomllib is None:
+        return ""
+    try:
+        with open(os.path.join(tree, "pyproject.toml"), "rb") as fh:
+            return str((tomllib.load(fh).get("project") or {}).get("version") or "")
+    except (OSError, ValueError):
+        return ""
+
+
+def pinned_version(lock: dict, dist: str, local_trees=()) -> str:
+    """The version the flavour installs of dist: its lock entry's (one version whatever the markers), else that of
+    the local package named dist (the lab's stand-in is installed from its tree, not the lock); "" when neither."""
+    name = canonical_name(dist)
+    versions = sorted({e["version"] for e in lock["entries"] if e["name"] == name})
+    if versions:
+        return versions[0] if len(versions) == 1 else ""
+    for tree in local_trees:
+        if project_name(tree) == name:
+            return project_version(tree)
+    return ""
+
+
 def _release(version: str) -> tuple[int, ...]:
     """(major, minor) of "3.10.12" / "3.11" / "3.12.0rc1"; () when it is not a version."""
     m = re.match(r"^\s*([0-9]+)\.([0-9]+)", str(version or ""))

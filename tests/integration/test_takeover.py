@@ -1,6 +1,7 @@
 """A hand-made deployment already serves on b300-lab: `site.yml -l b300` refuses it before any change, naming unit,
 pid and port; handed over (takeover_units), the same run stops and disables it, adopts its weights (0 bytes from the
-Hub), serves ours, and a rerun changes nothing; playbooks/takeover_revert.yml gives the host back.
+Hub), serves ours, and a rerun changes nothing; playbooks/takeover_revert.yml gives the host back. With takeover_venv,
+its venv (a real lab-flavour venv moved to /root/venv) is adopted instead of built, and given back by the revert.
 
 The fixture makes b300-lab look like the operator's hosts: a root unit sglang-k26-ddtree.service serving the SGLang
 stand-in on port 30001 from /root/venv (a plain venv holding the stand-in package, as the lab venv flavour installs
@@ -132,3 +133,44 @@ def test_handed_over_it_converges_adopting_the_weights_then_changes_nothing_then
     assert back.rc == 0, back.failures()
     assert sh(lab, f"systemctl is-active {OLD}; systemctl is-enabled {OLD}; systemctl is-active sglang.service",
               check=False).split() == ["active", "enabled", "inactive"]
+
+
+def test_the_old_venv_is_adopted_instead_of_built_and_given_back(lab, playbook, handmade):
+    """takeover_venv: the hand-made unit runs from a real lab-flavour venv at /root/venv (the lab venv, built by the
+    venv play if no earlier test did, moved there with its shebangs rewritten to /root/venv, its digest, flag schema
+    and fact removed: what an operator's venv has); site.yml adopts it - no build, fact method adopted, ours serves
+    from venv_path - and takeover_revert.yml moves it back, shebangs and all, and the old unit serves from it again."""
+    venv, old_venv = "/opt/sglang/venv", "/root/venv"
+    if sh(lab, f"test -x {venv}/bin/python && echo yes", check=False) != "yes":
+        built = playbook("playbooks/venv.yml", limit="b300", timeout=900)
+        assert built.rc == 0, built.failures()
+    sh(lab, f"systemctl disable --now sglang.service 2>/dev/null; systemctl stop {OLD}; rm -rf {old_venv} && "
+            f"mv {venv} {old_venv} && rm -f {old_venv}/.sglang-venv-digest {old_venv}/sglang-flag-schema.json "
+            f"/etc/ansible/facts.d/sglang_venv.fact && grep -rlI {venv} {old_venv}/bin | xargs -r sed -i "
+            f"'s#{venv}#{old_venv}#g' && systemctl enable --now {OLD}")
+    assert sh(lab, f"head -1 {old_venv}/bin/pip").startswith(f"#!{old_venv}/bin/python")
+    takeover = {"takeover_units": ["sglang-k26-*.service"], "takeover_venv": old_venv}
+
+    run = playbook("site.yml", limit="b300", extravars=takeover, timeout=1500)
+    assert run.rc == 0, run.failures() + "\n" + run.stdout[-3000:]
+    checked = run.results("The old venv is the flavour's (python, SGLang pin, patch series, own flag schema) - verified")
+    assert checked and checked[0]["verified"]["sglang_version"] == "0.5.11.post0+standin", checked
+    build = run.results("Build the venv (skipped when the live venv matches the recipe and its recorded content)")
+    assert build and not build[0]["built"] and build[0]["reason"].startswith("adopted venv"), build
+    fact = json.loads(sh(lab, "cat /etc/ansible/facts.d/sglang_venv.fact"))
+    assert fact["method"] == "adopted" and fact["adopted_from"] == old_venv and fact["path"] == venv, fact
+    shebang, gone = sh(lab, f"head -1 {venv}/bin/pip; test -e {old_venv} || echo gone").split()
+    assert shebang.startswith(f"#!{venv}/bin/python") and gone == "gone"
+    assert sh(lab, "systemctl is-active sglang.service") == "active"
+    assert venv in sh(lab, "systemctl show -p ExecStart --value sglang.service")
+    record = json.loads(sh(lab, "cat /var/lib/sglang-takeover/record.json"))
+    assert record[-1]["venv"]["source"] == old_venv and record[-1]["venv"]["method"] == "rename"
+
+    again = playbook("site.yml", limit="b300", extravars=takeover, timeout=900)
+    assert again.rc == 0 and again.changed_count(HOST) == 0, again.failures() + again.stdout[-4000:]
+
+    back = playbook("playbooks/takeover_revert.yml", limit="b300", timeout=300)
+    assert back.rc == 0, back.failures()
+    shebang, gone, active = sh(lab, f"head -1 {old_venv}/bin/pip; test -e {venv} || echo gone; "
+                                    f"systemctl is-active {OLD}", check=False).split()
+    assert shebang.startswith(f"#!{old_venv}/bin/python") and (gone, active) == ("gone", "active")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from filter_plugins.venv import FilterModule, venv_clone_input_problems, venv_python_problem
+from filter_plugins.venv import FilterModule, venv_clone_input_problems, venv_pinned_version, venv_python_problem
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -28,7 +28,8 @@ def test_an_interpreter_that_does_not_run_is_refused_with_its_error():
 
 def test_filters_and_the_preflight_wiring():
     assert FilterModule().filters() == {"venv_clone_input_problems": venv_clone_input_problems,
-                                        "venv_python_problem": venv_python_problem}
+                                        "venv_python_problem": venv_python_problem,
+                                        "venv_pinned_version": venv_pinned_version}
     tasks = yaml.safe_load((ROOT / "roles/venv/tasks/preflight.yml").read_text())
     names = [t["name"] for t in tasks]
     check = names.index("Refuse a base interpreter the flavour's venv cannot use (naming it, what the lock needs, "
@@ -38,3 +39,11 @@ def test_filters_and_the_preflight_wiring():
                                "flavour's current pins)")
     expr = tasks[check]["vars"]["venv_python_refusal"]
     assert "venv_lock_check.python" in expr and "python_version" in expr and "3.11" not in expr
+
+
+def test_pinned_version_from_the_lock_or_the_local_package():
+    locks = ROOT / "roles/venv/files/locks"
+    assert venv_pinned_version(locks / "ddtree.txt", "sglang") == "0.5.11"
+    assert venv_pinned_version(locks / "lab.txt", "sglang-standin", [str(ROOT / "lab/sglang_standin")]) \
+        == "0.5.11.post0+standin"
+    assert venv_pinned_version(locks / "lab.txt", "sglang") == ""

@@ -465,3 +465,28 @@ def test_clone_route_builds_the_forks_commit_then_the_same_commit_is_a_noop(fork
     with pytest.raises(BuildError, match="does not apply to it"):
         vb.build_if_needed(**dict(kw, clone_commit=fork["base_commit"]))
     assert marker.exists()
+
+
+def test_an_adopted_venv_is_kept_while_verified_for_the_recipe_and_unchanged(tmp_path):
+    """roles/takeover takeover_venv: the fact says method adopted (no recipe hash); kept while its content hash and
+    what adoption verified it for (flavour, pin, patch series, schema module) hold; else rebuilt, saying why."""
+    from ansible.module_utils.venv.build import up_to_date
+    from ansible.module_utils.venv.manifest import scan, summary
+    live = tmp_path / "venv"
+    (live / "bin").mkdir(parents=True)
+    (live / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (live / "bin/python").write_text("")
+    want = {"flavour": "ddtree", "adopted_pin": "sglang==0.5.11", "patch_series_hash": "s",
+            "adopted_schema_module": "sglang.srt.server_args"}
+    fact = dict(want, method="adopted", adopted_from="/root/venv", recipe_hash="",
+                content_hash=summary(scan(str(live)))["digest"])
+    (tmp_path / "fact").write_text(json.dumps(fact))
+    ok, why, _ = up_to_date(str(live), str(tmp_path / "fact"), "r", want)
+    assert ok and why.startswith("adopted venv (from /root/venv) kept")
+    ok, why, _ = up_to_date(str(live), str(tmp_path / "fact"), "r", dict(want, adopted_pin=""))
+    assert not ok and "venv_keep_adopted" in why
+    ok, why, _ = up_to_date(str(live), str(tmp_path / "fact"), "r", dict(want, adopted_pin="sglang==0.5.12"))
+    assert not ok and "sglang==0.5.12" in why
+    (live / "bin/extra").write_text("x")
+    ok, why, _ = up_to_date(str(live), str(tmp_path / "fact"), "r", want)
+    assert not ok and "changed since its adoption" in why
