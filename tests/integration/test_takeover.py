@@ -1,11 +1,11 @@
 """A hand-made deployment already serves on b300-lab: `site.yml -l b300` refuses it before any change, naming unit,
 pid and port; handed over (takeover_units), the same run stops and disables it, adopts its weights (0 bytes from the
-Hub), serves ours, and a rerun changes nothing; playbooks/takeover_revert.yml gives the host back. With takeover_venv,
-its venv (a real lab-flavour venv moved to /root/venv) is adopted instead of built, and given back by the revert.
+Hub) and its venv (verified, adopted instead of built: takeover_venv), serves ours, and a rerun changes nothing;
+playbooks/takeover_revert.yml gives the host back.
 
 The fixture makes b300-lab look like the operator's hosts: a root unit sglang-k26-ddtree.service serving the SGLang
-stand-in on port 30001 from /root/venv (a plain venv holding the stand-in package, as the lab venv flavour installs
-it), its weights in /root/models/<repo name> copied from the lab's test Hub.
+stand-in on port 30001 from /root/venv (a real lab-flavour venv, moved there), its weights in /root/models/<repo name>
+copied from the lab's test Hub.
 """
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 
 from ansible.module_utils.hf.hub import file_url, hub_tree
+from tests.helpers.playbook import run_playbook
 
 LAB_NAME = "takeover"
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "b300-lab"
 OLD = "sglang-k26-ddtree.service"
 REPOS = ("demo/Kimi-K2.6", "demo/Kimi-K2.6-DFlash")  # group_vars/lab/models.yml: deploy_model_repo, deploy_draft_model_repo
-UNIT = f"""[Unit]
+UNIT = """[Unit]
 Description=Kimi K2.6 DDTree (by hand)
 After=network-online.target
 
@@ -39,8 +40,10 @@ Restart=on-failure
 WantedBy=multi-user.target
 """
 # a cheap witness of "nothing changed": what the cuda, venv, models and service plays would create or change first
-WITNESS = ("ls -d /opt/sglang /srv/models /etc/systemd/system/sglang.service /usr/local/cuda-13.0 2>/dev/null; "
+WITNESS = ("ls -d /opt/sglang/venv /srv/models /etc/systemd/system/sglang.service /usr/local/cuda-13.0 2>/dev/null; "
            "sha256sum /var/lib/dpkg/status")
+VENV, OLD_VENV = "/opt/sglang/venv", "/root/venv"
+TAKEOVER = {"takeover_units": ["sglang-k26-*.service"], "takeover_venv": OLD_VENV}
 
 
 def sh(lab, cmd, check=True):
@@ -67,12 +70,16 @@ def hub_stats(endpoint):
 
 @pytest.fixture(scope="module")
 def handmade(lab):
+    """The operator's deployment: its venv is a real lab-flavour venv (built here by the venv play, then moved to
+    /root/venv with its shebangs rewritten there and its digest, flag schema and fact removed: what an operator's venv
+    has), its weights in /root/models, its root unit serving from both on port 30001."""
     endpoint = lab.state()["services"]["testhub"]["url"]
-    sh(lab, "python3 -m venv --without-pip /root/venv")
-    purelib = sh(lab, "/root/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'")
-    pkg = ROOT / "lab" / "sglang_standin" / "sglang_standin"
-    push_tar(lab, {f"sglang_standin/{p.relative_to(pkg)}": p.read_bytes() for p in pkg.rglob("*")
-                   if p.is_file() and "__pycache__" not in p.parts}, purelib)
+    built = run_playbook(lab, "playbooks/venv.yml", limit="b300", timeout=900)
+    assert built.rc == 0, built.failures()
+    sh(lab, f"rm -rf {OLD_VENV} && mv {VENV} {OLD_VENV} && rm -f {OLD_VENV}/.sglang-venv-digest "
+            f"{OLD_VENV}/sglang-flag-schema.json /etc/ansible/facts.d/sglang_venv.fact && "
+            f"grep -rlI {VENV} {OLD_VENV}/bin | xargs -r sed -i 's#{VENV}#{OLD_VENV}#g'")
+    assert sh(lab, f"head -1 {OLD_VENV}/bin/pip").startswith(f"#!{OLD_VENV}/bin/python")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     for repo in REPOS:
         sha, files = hub_tree(endpoint, repo, "main")
@@ -109,9 +116,13 @@ def test_site_refuses_a_hand_made_deployment_before_any_change(lab, playbook, ha
     assert sh(lab, f"systemctl show -p MainPID --value {OLD}") == handmade["pid"]
 
 
-def test_handed_over_it_converges_adopting_the_weights_then_changes_nothing_then_reverts(lab, playbook, handmade):
+def test_handed_over_it_converges_adopting_weights_and_venv_then_changes_nothing_then_reverts(lab, playbook, handmade):
+    """Handed over with its venv (takeover_units, takeover_venv): the same site.yml run stops and disables the old
+    unit, hard-links its weights (0 bytes from the Hub), verifies its venv and adopts it instead of building (fact
+    method adopted, shebangs relocated to venv_path), serves ours from it; a rerun changes nothing; takeover_revert.yml
+    moves the venv back, shebangs and all, and the old unit serves from it again."""
     served_before = hub_stats(handmade["endpoint"])["bytes"]
-    run = playbook("site.yml", limit="b300", extravars={"takeover_units": ["sglang-k26-*.service"]}, timeout=1500)
+    run = playbook("site.yml", limit="b300", extravars=TAKEOVER, timeout=1500)
     assert run.rc == 0, run.failures() + "\n" + run.stdout[-3000:]
     assert hub_stats(handmade["endpoint"])["bytes"] == served_before  # 0 bytes of weights from the Hub
     adopted = run.results("Result of adopting Kimi-K2.6") + run.results("Result of adopting Kimi-K2.6-DFlash")
@@ -124,8 +135,19 @@ def test_handed_over_it_converges_adopting_the_weights_then_changes_nothing_then
     assert record[-1]["units"][0]["main_pid"] == int(handmade["pid"])
     assert sh(lab, "stat -c %i /srv/models/Kimi-K2.6/config.json /root/models/Kimi-K2.6/config.json "
                    "| uniq | wc -l") == "1"
+    # the venv: verified, adopted (renamed: same filesystem), not built
+    checked = run.results("The old venv is the flavour's (python, SGLang pin, patch series, own flag schema) - verified")
+    assert checked and checked[0]["verified"]["sglang_version"] == "0.5.11.post0+standin", checked
+    build = run.results("Build the venv (skipped when the live venv matches the recipe and its recorded content)")
+    assert build and not build[0]["built"] and build[0]["reason"].startswith("adopted venv"), build
+    fact = json.loads(sh(lab, "cat /etc/ansible/facts.d/sglang_venv.fact"))
+    assert fact["method"] == "adopted" and fact["adopted_from"] == OLD_VENV and fact["path"] == VENV, fact
+    shebang, gone = sh(lab, f"head -1 {VENV}/bin/pip; test -e {OLD_VENV} || echo gone").split()
+    assert shebang.startswith(f"#!{VENV}/bin/python") and gone == "gone"
+    assert VENV in sh(lab, "systemctl show -p ExecStart --value sglang.service")
+    assert record[-1]["venv"]["source"] == OLD_VENV and record[-1]["venv"]["method"] == "rename"
 
-    again = playbook("site.yml", limit="b300", extravars={"takeover_units": ["sglang-k26-*.service"]}, timeout=900)
+    again = playbook("site.yml", limit="b300", extravars=TAKEOVER, timeout=900)
     assert again.rc == 0, again.failures() + "\n" + again.stdout[-3000:]
     assert again.changed_count(HOST) == 0, again.stdout[-4000:]
 
@@ -133,44 +155,5 @@ def test_handed_over_it_converges_adopting_the_weights_then_changes_nothing_then
     assert back.rc == 0, back.failures()
     assert sh(lab, f"systemctl is-active {OLD}; systemctl is-enabled {OLD}; systemctl is-active sglang.service",
               check=False).split() == ["active", "enabled", "inactive"]
-
-
-def test_the_old_venv_is_adopted_instead_of_built_and_given_back(lab, playbook, handmade):
-    """takeover_venv: the hand-made unit runs from a real lab-flavour venv at /root/venv (the lab venv, built by the
-    venv play if no earlier test did, moved there with its shebangs rewritten to /root/venv, its digest, flag schema
-    and fact removed: what an operator's venv has); site.yml adopts it - no build, fact method adopted, ours serves
-    from venv_path - and takeover_revert.yml moves it back, shebangs and all, and the old unit serves from it again."""
-    venv, old_venv = "/opt/sglang/venv", "/root/venv"
-    if sh(lab, f"test -x {venv}/bin/python && echo yes", check=False) != "yes":
-        built = playbook("playbooks/venv.yml", limit="b300", timeout=900)
-        assert built.rc == 0, built.failures()
-    sh(lab, f"systemctl disable --now sglang.service 2>/dev/null; systemctl stop {OLD}; rm -rf {old_venv} && "
-            f"mv {venv} {old_venv} && rm -f {old_venv}/.sglang-venv-digest {old_venv}/sglang-flag-schema.json "
-            f"/etc/ansible/facts.d/sglang_venv.fact && grep -rlI {venv} {old_venv}/bin | xargs -r sed -i "
-            f"'s#{venv}#{old_venv}#g' && systemctl enable --now {OLD}")
-    assert sh(lab, f"head -1 {old_venv}/bin/pip").startswith(f"#!{old_venv}/bin/python")
-    takeover = {"takeover_units": ["sglang-k26-*.service"], "takeover_venv": old_venv}
-
-    run = playbook("site.yml", limit="b300", extravars=takeover, timeout=1500)
-    assert run.rc == 0, run.failures() + "\n" + run.stdout[-3000:]
-    checked = run.results("The old venv is the flavour's (python, SGLang pin, patch series, own flag schema) - verified")
-    assert checked and checked[0]["verified"]["sglang_version"] == "0.5.11.post0+standin", checked
-    build = run.results("Build the venv (skipped when the live venv matches the recipe and its recorded content)")
-    assert build and not build[0]["built"] and build[0]["reason"].startswith("adopted venv"), build
-    fact = json.loads(sh(lab, "cat /etc/ansible/facts.d/sglang_venv.fact"))
-    assert fact["method"] == "adopted" and fact["adopted_from"] == old_venv and fact["path"] == venv, fact
-    shebang, gone = sh(lab, f"head -1 {venv}/bin/pip; test -e {old_venv} || echo gone").split()
-    assert shebang.startswith(f"#!{venv}/bin/python") and gone == "gone"
-    assert sh(lab, "systemctl is-active sglang.service") == "active"
-    assert venv in sh(lab, "systemctl show -p ExecStart --value sglang.service")
-    record = json.loads(sh(lab, "cat /var/lib/sglang-takeover/record.json"))
-    assert record[-1]["venv"]["source"] == old_venv and record[-1]["venv"]["method"] == "rename"
-
-    again = playbook("site.yml", limit="b300", extravars=takeover, timeout=900)
-    assert again.rc == 0 and again.changed_count(HOST) == 0, again.failures() + again.stdout[-4000:]
-
-    back = playbook("playbooks/takeover_revert.yml", limit="b300", timeout=300)
-    assert back.rc == 0, back.failures()
-    shebang, gone, active = sh(lab, f"head -1 {old_venv}/bin/pip; test -e {venv} || echo gone; "
-                                    f"systemctl is-active {OLD}", check=False).split()
-    assert shebang.startswith(f"#!{old_venv}/bin/python") and (gone, active) == ("gone", "active")
+    shebang, gone = sh(lab, f"head -1 {OLD_VENV}/bin/pip; test -e {VENV} || echo gone", check=False).split()
+    assert shebang.startswith(f"#!{OLD_VENV}/bin/python") and gone == "gone"
