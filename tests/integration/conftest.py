@@ -34,8 +34,8 @@ def _lab_registry():
 # costliest first (measured per lab on this machine's two cores, the molecule scenarios a lab hosts included), so the
 # two workers end close together; a test of no lab (a molecule scenario on a lab of its own, made and removed by
 # molecule) is a unit of its own, handed out last.
-GROUP_COST_ORDER = ("bench", "rolling", "service", "venv", "site", "fleet", "multinode", "cuda", "ccache", "models",
-                    "takeover", "home", "itest")
+GROUP_COST_ORDER = ("service", "bench", "rolling", "venv", "site", "fleet", "cuda", "models", "takeover", "multinode",
+                    "itest")
 
 
 def _module_lab(module) -> str | None:

@@ -124,14 +124,15 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     run = run_id("sweep")
     r = playbook("playbooks/sweep.yml", limit=HOST, timeout=1200,
                  extravars={**TINY, "sglang_bench_run_id": run, "sglang_bench_sweep_soak_concurrency": 6,
-                            "sglang_bench_sweep_configs": [OK4, CRASH, GARBAGE, SOAKCRASH, OK8]})
+                            "sglang_bench_sweep_configs": [OK4, CRASH, GARBAGE, SOAKCRASH]})
     assert r.rc == 0, r.stdout[-6000:]
     outcomes = read_jsonl(RESULTS / run / HOST / "sweep.jsonl")
     by_name = {o["config"]: o for o in outcomes if not o.get("phase")}
     # the autoregressive baseline is measured first, on the same matrix
+    # every config runs, the ones after a failure too (the soak crash comes after two failed configs)
     assert list(by_name) == ["autoregressive", "ddtree-b4", "ddtree-b16-graphs-sm103", "ddtree-b6-garbage",
-                             "ddtree-b6-soak-crash", "ddtree-b8"]
-    assert [by_name[n]["status"] for n in by_name] == ["ok", "ok", "failed", "failed", "failed", "ok"]
+                             "ddtree-b6-soak-crash"]
+    assert [by_name[n]["status"] for n in by_name] == ["ok", "ok", "failed", "failed", "failed"]
     assert by_name["autoregressive"]["baseline"] is True and by_name["ddtree-b4"]["baseline"] is False
 
     soak = by_name["ddtree-b6-soak-crash"]
@@ -147,8 +148,8 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     assert garbage["failed_step"] == "smoke"
     assert "U+FFFD" in garbage["reason"] or "degenerate" in garbage["reason"]
     assert garbage["journal"], "a failed config carries its journal excerpt"
-    for name in ("ddtree-b4", "ddtree-b8"):
-        assert by_name[name]["cells_ok"] == 4 and by_name[name]["spec"]["budget"] in (4, 8)
+    for name in ("ddtree-b4",):
+        assert by_name[name]["cells_ok"] == 4 and by_name[name]["spec"]["budget"] == 4
         assert by_name[name]["overrides"]["speculative"]["budget"] == by_name[name]["spec"]["budget"]
         rows = [row for row in read_jsonl(RESULTS / run / HOST / f"{name}.jsonl") if row["phase"] == "matrix"]
         assert len(rows) == 4 and all(row["status"] == "ok" and row["config"] == name for row in rows)
@@ -170,7 +171,7 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     assert health == "200"
 
     report = (RESULTS / run / "report.md").read_text()
-    assert "**3 ok, 3 failed** of 6 config(s)." in report
+    assert "**2 ok, 3 failed** of 5 config(s)." in report
     assert "FAILED at step `restart`" in report and "FAILED at step `smoke`" in report
     assert "FAILED at step `soak`" in report
     assert "restored and ready" in report

@@ -1,4 +1,5 @@
-"""Compile-cache fan-out of the SGLang service role against the lab (lab "ccache", two hosts): the first service run
+"""Compile-cache fan-out of the SGLang service role against the lab (the service lab, first: its fixture converges
+both hosts and wipes their caches; the service modules after it start from those hosts): the first service run
 publishes each key's bundle into the controller's store; a host whose cache was wiped gets it installed before its
 service starts (the stand-in then finds every kernel and starts sooner: printed, not asserted); a bundle of another
 key under this key's directory is refused and the service comes up cold; a corrupted bundle (bytes flipped,
@@ -23,7 +24,7 @@ from ansible.module_utils.compile_cache.record import RECORD_NAME
 from tests.helpers.playbook import run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
-LAB_NAME = "ccache"
+LAB_NAME = "service"
 B300, CT200 = "b300-lab", "ct200-lab"
 HOSTS = (B300, CT200)
 PREPARE = "roles/sglang_service/molecule/default/prepare.yml"

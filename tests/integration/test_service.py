@@ -43,9 +43,10 @@ def failed_task(run) -> dict:
     return {"task": failed[0]["task"], **failed[0]["res"]}
 
 
-# The service role's and the bench role's molecule scenarios run first, on this lab: the hosts they converge (venv,
-# drafter config and the service on both profiles, then a bench that restarts nothing) are where this module's tests
-# start, so that convergence is paid once (tests/helpers/molecule.py HOSTED).
+# The service role's and the bench role's molecule scenarios run first in this module, on this lab: the hosts they
+# converge (venv, drafter config and the service on both profiles, then a bench that restarts nothing) are where this
+# module's tests start, so that convergence is paid once (tests/helpers/molecule.py HOSTED). test_compile_cache.py
+# runs on this lab before them, test_service_home.py after them.
 def test_molecule_scenario_of_the_service_role_on_this_lab(lab, tmp_path):
     run_scenario("sglang_service", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
 

@@ -1,4 +1,5 @@
-"""The service's home and its GPU daemons against the lab (lab "home"), one real converge and check-mode runs:
+"""The service's home and its GPU daemons against the lab (the service lab, after test_service.py: its hosts are
+converged already, so the fixture's run is a reconfigure), one real run and check-mode runs:
 
 * after a run, nothing under /var/lib/sglang is owned by anyone but the service user (the preflight, run as root,
   works in a scratch home of its own and leaves none behind; the stand-in writes its JIT caches under HOME like real
@@ -13,7 +14,7 @@ import pytest
 from ansible.module_utils.compile_cache.record import RECORD_NAME
 from tests.helpers.playbook import run_playbook
 
-LAB_NAME = "home"
+LAB_NAME = "service"
 B300, CT200 = "b300-lab", "ct200-lab"
 PM, FM = "nvidia-persistenced.service", "nvidia-fabricmanager.service"
 HOME = "/var/lib/sglang"
