@@ -13,8 +13,9 @@ export PYTHONPATH := $(CURDIR)
 export LAB_NAME ?= default
 # Roles with a molecule scenario, run in this order by `make test`.
 MOLECULE_ROLES ?= $(patsubst roles/%/molecule/default/molecule.yml,%,$(wildcard roles/*/molecule/default/molecule.yml))
+# prometheus: Debian's package is the one that ships promtool (check and unit-test the alert rules in `make unit`).
 APT_PACKAGES := debootstrap systemd-container tinyproxy iproute2 iptables openssh-client zstd rsync aria2 curl git \
-	patch python3-venv dpkg-dev gnupg
+	patch python3-venv dpkg-dev gnupg prometheus
 
 .PHONY: deps venv lint unit integration molecule test demo bench lock lab-up lab-down lab-status clean
 

@@ -1,0 +1,51 @@
+"""Filters for the monitoring role (roles/monitoring): the alert rules rendered from the inventory and checked by
+promtool, on the controller (module_utils/monitoring/rules.py, promtool.py).
+
+    groups | monitoring_rules(workers, proposal, settings)  -> {"text", "notes", "floors"}   (the role's template)
+    text | monitoring_rules_check                          -> promtool's output; fails with it on a bad file
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+import ansible.module_utils
+
+# One import name on hosts and controller: the repository's module_utils joins ansible's package (ARCHITECTURE.md).
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+ansible.module_utils.__path__ += [] if _MODULE_UTILS in ansible.module_utils.__path__ else [_MODULE_UTILS]
+from ansible.module_utils.monitoring import promtool, rules  # noqa: E402
+
+TEMPLATE = Path(__file__).resolve().parents[1] / "roles" / "monitoring" / "templates" / "rules.yml.j2"
+
+
+def _plain(value):
+    """Ansible's lazy containers and tagged strings as plain dicts, lists and strings."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def monitoring_rules(groups, workers=None, proposal=None, settings=None):
+    try:
+        return rules.render(TEMPLATE.read_text(encoding="utf-8"), _plain(groups), _plain(workers or []),
+                            _plain(proposal) if proposal else None, _plain(settings or {}))
+    except rules.MonitoringError as exc:
+        raise AnsibleFilterError(f"monitoring_rules: {exc.message} (evidence: {exc.evidence})") from exc
+
+
+def monitoring_rules_check(text):
+    try:
+        return promtool.check_rules(str(text))
+    except rules.MonitoringError as exc:
+        raise AnsibleFilterError(f"monitoring_rules_check: {exc.message}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"monitoring_rules": monitoring_rules, "monitoring_rules_check": monitoring_rules_check}
