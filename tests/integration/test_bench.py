@@ -148,12 +148,12 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     assert garbage["failed_step"] == "smoke"
     assert "U+FFFD" in garbage["reason"] or "degenerate" in garbage["reason"]
     assert garbage["journal"], "a failed config carries its journal excerpt"
-    for name in ("ddtree-b4",):
-        assert by_name[name]["cells_ok"] == 4 and by_name[name]["spec"]["budget"] == 4
-        assert by_name[name]["overrides"]["speculative"]["budget"] == by_name[name]["spec"]["budget"]
-        rows = [row for row in read_jsonl(RESULTS / run / HOST / f"{name}.jsonl") if row["phase"] == "matrix"]
-        assert len(rows) == 4 and all(row["status"] == "ok" and row["config"] == name for row in rows)
-        assert f"--speculative-ddtree-budget {by_name[name]['spec']['budget']}" in " ".join(rows[0]["provenance"]["flags"])
+    name = "ddtree-b4"
+    assert by_name[name]["cells_ok"] == 4 and by_name[name]["spec"]["budget"] == 4
+    assert by_name[name]["overrides"]["speculative"]["budget"] == by_name[name]["spec"]["budget"]
+    rows = [row for row in read_jsonl(RESULTS / run / HOST / f"{name}.jsonl") if row["phase"] == "matrix"]
+    assert len(rows) == 4 and all(row["status"] == "ok" and row["config"] == name for row in rows)
+    assert f"--speculative-ddtree-budget {by_name[name]['spec']['budget']}" in " ".join(rows[0]["provenance"]["flags"])
 
     restore = next(o for o in outcomes if o.get("phase") == "restore")
     total = next(o for o in outcomes if o.get("phase") == "sweep_total")
