@@ -87,6 +87,14 @@ options:
     description: Requests per cell = max(concurrency * this, O(min_prompts)).
     type: int
     default: 4
+  connection:
+    description:
+      - How the built-in client holds its HTTP connections. C(keep-alive) opens them before the timed phase and reuses
+        them; C(per-request) opens one per request inside it, as sglang.bench_serving does, so TTFT includes the
+        connection setup and the figures compare with bench_serving's. Every row says which.
+    type: str
+    choices: [keep-alive, per-request]
+    default: keep-alive
   min_prompts:
     description: Minimum requests per cell.
     type: int
@@ -245,6 +253,7 @@ def main():
             output_len=dict(type="int", default=256),
             prompts_per_concurrency=dict(type="int", default=4),
             min_prompts=dict(type="int", default=8),
+            connection=dict(type="str", default="keep-alive", choices=["keep-alive", "per-request"]),
             warmup_requests=dict(type="int", default=1),
             cell_timeout_s=dict(type="float", default=900.0),
             request_timeout_s=dict(type="float", default=600.0),

@@ -83,6 +83,7 @@ def run_bench_serving_cell(spec, workload, conc, num_prompts):
     # bench_serving reads /server_info's running average (since the server started): say so.
     row["accept_length_source"] = "server_running_average" if row.get("accept_length") is not None else None
     row.setdefault("failed", max(num_prompts - int(raw.get("completed") or 0), 0))
+    row["connection"] = "per-request"  # bench_serving opens an aiohttp session per request (0.5.11)
     row["status"] = "ok" if not row["failed"] else "error"
     row["error"] = "" if not row["failed"] else "%d of %d requests failed" % (row["failed"], num_prompts)
     return row

@@ -71,6 +71,9 @@ def build_body(backend, model, prompt, output_len, ignore_eos=True):
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
+# How the cell's workers hold their HTTP connections (_drive): kept alive and opened before the timed phase, or one
+# per request inside it as sglang.bench_serving does. Every row says which.
+CONNECTIONS = ("keep-alive", "per-request")
 PATHS = {"sglang": "/generate", "sglang-oai": "/v1/completions", "sglang-oai-chat": "/v1/chat/completions"}
 
 
@@ -171,12 +174,19 @@ async def _one_request(conn, path, body, backend, prompt_len, headers, timeout, 
 
 
 async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, headers, request_timeout,
-                 results, keep_text=False, on_start=None):
+                 results, keep_text=False, on_start=None, connection="keep-alive"):
     """Run every body with exactly `concurrency` workers; append RequestResults to `results` as they end.
 
-    The workers open their keep-alive connections first (not timed: TCP setup and the server accepting C
-    connections are not the server's TTFT); returns the perf_counter at which the first request starts.
+    connection "keep-alive": the workers open their connections first (not timed: TCP setup and the server accepting
+    C connections are not the server's TTFT) and reuse them. "per-request": every request opens its own connection
+    inside its timed region and closes it after, as sglang.bench_serving does (0.5.11 bench_serving.py
+    async_request_sglang_generate: `async with _create_bench_client_session() as session` per request, `st` taken
+    before the post), so its TTFT includes the connection setup. Returns via on_start the perf_counter at which the
+    first request starts.
     """
+    if connection not in CONNECTIONS:
+        raise ValueError("connection must be one of %s, got %r" % (", ".join(CONNECTIONS), connection))
+    per_request = connection == "per-request"
     queue = list(reversed(bodies))
     connected = []
     go = asyncio.Event()
@@ -186,10 +196,11 @@ async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, hea
     async def worker():
         conn = HttpConnection(host, port)
         try:
-            try:
-                await conn.connect()
-            except (OSError, asyncio.TimeoutError):
-                pass  # the first request on this connection reports the failure
+            if not per_request:
+                try:
+                    await conn.connect()
+                except (OSError, asyncio.TimeoutError):
+                    pass  # the first request on this connection reports the failure
             connected.append(1)
             if len(connected) == count:
                 started.append(time.perf_counter())
@@ -198,6 +209,9 @@ async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, hea
             while queue:
                 index = len(bodies) - len(queue)
                 body = queue.pop()
+                if per_request:
+                    conn.close()
+                    conn = HttpConnection(host, port)
                 result = await _one_request(conn, path, body, backend, prompt_len, headers, request_timeout,
                                             keep_text)
                 result.index = index
@@ -252,12 +266,15 @@ def _sampled_outputs(results, count):
 async def run_cell_async(base_url, backend="sglang", model="default", input_len=60, output_len=256,
                          concurrency=1, num_prompts=None, warmup_requests=1, request_timeout=600.0,
                          cell_timeout=1800.0, api_key=None, seed=0, prompts_per_concurrency=4,
-                         min_prompts=8, prompts=None, ignore_eos=True, sample_outputs=0):
+                         min_prompts=8, prompts=None, ignore_eos=True, sample_outputs=0, connection="keep-alive"):
     """Measure one cell. Returns a dict: bench_serving metric keys + acceptance (per request), status
     ('ok'|'timeout'|'error'), error, errors (first distinct request errors), num_prompts, client_cpu_s,
     requests (per-request counts), samples (up to sample_outputs finished texts).
 
-    prompts: the workload's items (token-id lists or {"text", "messages"}); None = random ids of input_len."""
+    prompts: the workload's items (token-id lists or {"text", "messages"}); None = random ids of input_len.
+    connection: CONNECTIONS (see _drive); the warmup always keeps its connections alive."""
+    if connection not in CONNECTIONS:
+        raise ValueError("connection must be one of %s, got %r" % (", ".join(CONNECTIONS), connection))
     if backend not in PATHS:
         raise ValueError("unknown backend %r (have %s)" % (backend, ", ".join(BACKENDS)))
     if input_len < 1 or output_len < 1 or concurrency < 1:
@@ -275,7 +292,7 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     prompt_len = input_len if prompts is None else 0  # text: the server's prompt_tokens fill it in
     keep_text = sample_outputs > 0
     row = {"status": "ok", "error": "", "errors": [], "num_prompts": num_prompts,
-           "warmup_requests": len(warm_bodies)}
+           "warmup_requests": len(warm_bodies), "connection": connection}
     deadline = time.monotonic() + cell_timeout
 
     if warm_bodies:
@@ -297,7 +314,7 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     try:
         await asyncio.wait_for(
             _drive(host, port, path, bodies, prompt_len, backend, concurrency, headers, request_timeout,
-                   results, keep_text=keep_text, on_start=marks.append),
+                   results, keep_text=keep_text, on_start=marks.append, connection=connection),
             max(deadline - time.monotonic(), 0.001))
     except asyncio.TimeoutError:
         row["status"] = "timeout"
@@ -385,12 +402,14 @@ def main(argv=None):
     parser.add_argument("--request-timeout", type=float, default=600.0)
     parser.add_argument("--cell-timeout", type=float, default=1800.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--connection", default="keep-alive", choices=CONNECTIONS)
     args = parser.parse_args(argv)
     try:
         row = run_cell(base_url=args.base_url, backend=args.backend, model=args.model,
                        input_len=args.input_len, output_len=args.output_len, concurrency=args.concurrency,
                        num_prompts=args.num_prompts, warmup_requests=args.warmup_requests,
-                       request_timeout=args.request_timeout, cell_timeout=args.cell_timeout, seed=args.seed)
+                       request_timeout=args.request_timeout, cell_timeout=args.cell_timeout, seed=args.seed,
+                       connection=args.connection)
     except CellError as exc:
         print(json.dumps({"status": "error", "error": str(exc)}))
         return 1

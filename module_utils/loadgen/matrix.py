@@ -41,7 +41,8 @@ def _measure(spec, workload, conc, num_prompts, chosen, model):
                                    cell_timeout=float(spec["cell_timeout_s"]), api_key=spec.get("api_key"),
                                    seed=(workload.get("context_length") or 0) * 1000 + conc,
                                    prompts=workload.get("items"), ignore_eos=not text,
-                                   sample_outputs=spec.get("sample_outputs", 4) if text else 0)
+                                   sample_outputs=spec.get("sample_outputs", 4) if text else 0,
+                                   connection=spec.get("connection", "keep-alive"))
         measured["bench_client"] = "builtin"
     else:
         measured = bench_serving.run_bench_serving_cell(spec, workload, conc, num_prompts)

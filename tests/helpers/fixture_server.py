@@ -17,6 +17,7 @@ class FixtureServer:
         self.fault = fault
         self.accept_length = accept_length
         self.requests = []
+        self.connections = 0  # TCP connections accepted (the client's connection mode shows here)
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -49,6 +50,7 @@ class FixtureServer:
         return "http://127.0.0.1:%d" % self.port
 
     async def _handle(self, reader, writer):
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")

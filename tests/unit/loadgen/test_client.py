@@ -258,3 +258,22 @@ def test_soak_reports_a_server_that_dies_midway():
                                     request_timeout=10, timeout=20)
     assert out["status"] == "error" and out["rounds"] == 1
     assert out["failed"] >= 1 and "soak requests failed" in out["error"]
+
+
+@pytest.mark.parametrize("mode,expected", [("keep-alive", 1 + 3 + 1), ("per-request", 1 + 9 + 1)])
+def test_connection_mode_opens_connections_as_the_row_says(mode, expected):
+    """keep-alive: the warmup's one connection plus one per worker, reused; per-request: one per measured request
+    (as sglang.bench_serving's session per request), so TTFT pays the connection setup; plus the /server_info read
+    after the cell. The row names the mode."""
+    with FixtureServer() as server:
+        row = cell(server, concurrency=3, num_prompts=9, connection=mode)
+        assert row["status"] == "ok" and row["completed"] == 9
+        assert row["connection"] == mode
+        assert server.connections == expected
+
+
+def test_an_unknown_connection_mode_is_refused_before_any_request():
+    with FixtureServer() as server:
+        with pytest.raises(ValueError, match="connection must be one of keep-alive, per-request"):
+            cell(server, connection="pooled")
+        assert server.requests == []
