@@ -245,7 +245,9 @@ class PromptStream:
     """A cell's prompts in order, without end: the workload's items cycled, or random token-id prompts drawn from
     one generator seeded once (the first `count` are make_prompts(count, ...)'s). A cell sized by time keeps taking
     from it: text items repeat (the prompt sets are finite), random ids never do, so a request past the planned
-    count is not a prefix-cache hit of an earlier one (each real bench_serving request is a fresh random prompt)."""
+    count is not a prefix-cache hit of an earlier one (real 0.5.11's bench_serving gives each of its num_prompts
+    random-ids requests its own ids: sglang/benchmark/datasets/random.py sample_random_requests, a random offset
+    per prompt; sglang/bench_serving.py benchmark() runs a fixed count, hence bench_serving.run_sized_cell)."""
 
     def __init__(self, prompts, input_len, seed):
         if prompts is not None and not prompts:
