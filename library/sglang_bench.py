@@ -99,12 +99,30 @@ options:
     description: Minimum requests per cell.
     type: int
     default: 8
+  min_cell_seconds:
+    description:
+      - A cell runs until at least this many seconds have passed and at least the cell's request count
+        (O(prompts_per_concurrency) x C, at least O(min_prompts)) has completed, the client issuing more requests
+        (the same seeded prompts, text cycled) until both hold; bounded by O(cell_timeout_s), which must be larger.
+      - 0 sizes cells by count only. The C(sglang.bench_serving) route reruns a shorter cell with its count scaled up.
+    type: float
+    default: 0
+  cell_repeats:
+    description:
+      - Times every cell is measured; its row keeps each repeat's key figures, their median as the row's figure and
+        their spread ((max - min) / median).
+    type: int
+    default: 1
+  max_spread:
+    description: A cell whose output throughput or median TPOT spreads more than this share over its repeats is flagged.
+    type: float
+    default: 0.1
   warmup_requests:
     description: Warmup requests before each cell (not measured); 0 disables.
     type: int
     default: 1
   cell_timeout_s:
-    description: Bound of one cell in seconds; a cell past it is cancelled and recorded as C(timeout).
+    description: Bound of one cell (each repeat) in seconds; a cell past it is cancelled and recorded as C(timeout).
     type: float
     default: 900
   request_timeout_s:
@@ -210,6 +228,10 @@ degenerate_cells:
   description: "C(cell: reason) per cell whose sampled outputs the degenerate detector flagged."
   type: list
   returned: always
+spread_flagged_cells:
+  description: "C(cell: figure spread) per cell whose repeats spread more than O(max_spread)."
+  type: list
+  returned: success
 soak:
   description: The soak's status (ok or failed), error, concurrency, rounds, requests, failed; null without a soak.
   type: dict
@@ -254,6 +276,9 @@ def main():
             prompts_per_concurrency=dict(type="int", default=4),
             min_prompts=dict(type="int", default=8),
             connection=dict(type="str", default="keep-alive", choices=["keep-alive", "per-request"]),
+            min_cell_seconds=dict(type="float", default=0.0),
+            cell_repeats=dict(type="int", default=1),
+            max_spread=dict(type="float", default=0.1),
             warmup_requests=dict(type="int", default=1),
             cell_timeout_s=dict(type="float", default=900.0),
             request_timeout_s=dict(type="float", default=600.0),

@@ -8,7 +8,8 @@ report (speedup over the autoregressive baseline, the winner under the objective
 acceptance) and proposal.yml (per host group: the winner and the group_vars fragment that deploys it).
 
 Modules: load (rows), speedup (baseline, speedup, crossover), acceptance (accept length from the requests),
-objective (disqualification, winners), proposal (proposal.yml), render/sections (report.md), plots (PNGs).
+objective (disqualification, winners), ties (a margin inside the repeats' spread is a tie), proposal (proposal.yml),
+render/sections/spread_section (report.md), plots (PNGs).
 """
 import local_module_utils
 

@@ -8,15 +8,17 @@ is out. Hosts of one group are aggregated by the geometric mean over hosts; a co
 
 Disqualified: sweep status failed, soak failed, or any cell (matrix or soak) with degenerate.flagged > 0.
 A speculative config wins only if it beats the baseline (score > 1); otherwise the baseline wins ("keep
-autoregressive / keep current"). Without a baseline there is no speedup and no winner.
+autoregressive / keep current"). Without a baseline there is no speedup and no winner. A winner whose margin lies
+inside the spread of its cells' repeats is a tie (ties.py): the baseline is kept when tied, else no winner.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reporting.speedup import (ranked_workloads, baseline_of, cell_map, config_names, coverage, geomean, geomean_speedup, is_ok,
                                workload_of)
+from reporting.ties import resolve as resolve_ties
 
 KEEP = "keep autoregressive / keep current"
 EPS = 1e-12
@@ -272,10 +274,18 @@ class Decision:
     not_ranked: dict                   # config -> why
     facts: list                        # [HostFacts]
     no_slo: bool = False               # slo mode: no config meets the SLO
+    margins: list = field(default_factory=list)   # the winner's margin over each other config vs the spread (ties)
+    tie: dict | None = None            # {candidates, kept, margins} when the winner's margin lies inside the spread
+    tie_note: str = ""                 # why a margin could not be tested (a single repeat)
 
 
 def decide(run, hosts, objective=Objective()):
-    """The winner over the given hosts (one host: that host's overall winner; a group: valid on every host)."""
+    """The winner over the given hosts (one host: that host's overall winner; a group: valid on every host); a winner
+    whose margin over a runner-up lies inside the spread of the cells they rest on is a tie (reporting/ties.py)."""
+    return resolve_ties(run, _decide(run, hosts, objective), KEEP)
+
+
+def _decide(run, hosts, objective):
     hosts = list(hosts)
     facts = [host_facts(run, h, objective) for h in hosts]
     multi = len(hosts) > 1

@@ -4,7 +4,8 @@ that would deploy it, with a unified diff of the group's speculative block (curr
 The fragment is the winner's sweep item as given (its `overrides`); the proposed effective speculative block is the
 group's current sglang_service_speculative_profile combined with the winner's speculative overrides (a shallow
 merge, like Ansible's combine). A group without a winner gets empty overrides and an empty diff: applying it
-changes nothing.
+changes nothing. Each group has a status (winner, keep, tie, none); a tie (reporting/ties.py) lists its candidates
+with their margins, spreads and group_vars fragments, and keeps the baseline when it is among them.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import yaml
 from reporting.acceptance import workload_acceptance
 from reporting.objective import Objective, decide, why_text
 from reporting.speedup import crossover, geomean, speedups
+from reporting.ties import PICK_VARIABLE
 
 DEFAULT_GROUP_VARS_DIR = Path(__file__).resolve().parent.parent / "group_vars"
 SERVICE_FILE = "sglang_service.yml"
@@ -186,16 +188,39 @@ def group_entry(run, group, hosts, objective, group_vars_dir):
             isinstance((run.outcome_of(decision.winner, h) or {}).get("overrides"), dict) for h in hosts):
         reason += (f"; no sweep overrides were recorded for {decision.winner}: its group_vars fragment is empty and "
                    "applying it changes nothing")
-    return {
+    entry = {
         "hosts": [h for h in hosts if h is not None],
         "winner": decision.winner,
+        "status": status_of(decision),
         "reason": reason,
         "baseline": decision.baseline,
         "figures": figures,
         "disqualified": [{"config": n, "why": why_text(items)} for n, items in decision.disqualified.items()],
         "group_vars": group_vars_fragment(overrides),
         "diff": proposal_diff(group_vars_dir, group, overrides) if decision.winner else "",
-    }, decision
+    }
+    if decision.tie:
+        entry["tie"] = tie_entry(run, decision, hosts)
+    return entry, decision
+
+
+def status_of(decision):
+    """winner (a speculative config beats the baseline), keep (the baseline), tie (the winner's margin lies inside
+    the spread: kept is the baseline when it was among the tied, else winner is null), none (no winner)."""
+    if decision.tie:
+        return "tie"
+    return "keep" if decision.keep else ("winner" if decision.winner else "none")
+
+
+def tie_entry(run, decision, hosts):
+    """The tied candidates, the margins against the spread, and each candidate's group_vars fragment: with no winner,
+    playbooks/apply_proposal.yml applies one only when picked (-e proposal_pick=<config>)."""
+    tie = decision.tie
+    return {"candidates": list(tie["candidates"]), "kept": tie["kept"],
+            "margins": [{"winner": tie["candidates"][0], "over": m["config"], "margin": _r(m["margin"]),
+                         "spread": _r(m["spread"]), "cells": m["cells"]} for m in tie["margins"]],
+            "pick_with": f"-e {PICK_VARIABLE}=<one of {', '.join(tie['candidates'])}>",
+            "group_vars": {c: group_vars_fragment(overrides_of(run, c, hosts)) for c in tie["candidates"]}}
 
 
 def build_proposal(run, objective=Objective(), group_vars_dir=DEFAULT_GROUP_VARS_DIR):
@@ -226,7 +251,8 @@ def proposal_text(proposal, path_hint="RUN_DIR/proposal.yml"):
             "written by `python -m reporting`.",
             f"# Apply: ansible-playbook playbooks/apply_proposal.yml -e proposal={path_hint}",
             "# Each group's group_vars fragment is applied to that group's hosts; a group whose winner is null",
-            "# applies nothing (its overrides are empty). `diff` shows the speculative block current -> proposed."]
+            "# applies nothing (its overrides are empty). `diff` shows the speculative block current -> proposed.",
+            f"# A group with status tie and no winner is refused until one candidate is picked: -e {PICK_VARIABLE}=<config>."]
     body = yaml.dump(proposal, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
                      width=120)
     return "\n".join(head) + "\n---\n" + body

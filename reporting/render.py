@@ -12,6 +12,7 @@ from reporting.plots import make_plots
 from reporting.sections import (acceptance_section, disqualified_section, proposal_section, soak_section,
                                 speedup_section, winner_section)
 from reporting.speedup import config_spec, workload_of
+from reporting.spread_section import spread_cell_text, spread_section
 from reporting.status import accept_length_of, best_config, config_status, peak
 
 # Cell columns: (header, row key, decimals)
@@ -26,6 +27,7 @@ CELL_COLUMNS = (
     ("ITL p99 ms", "p99_itl_ms", 2),
     ("TPOT mean ms", "mean_tpot_ms", 2),
     ("accept len", "accept_length", 2),
+    ("repeats: spread tps / TPOT", "spread", 0),
     ("done/failed", None, 0),
     ("status", "status", 0),
 )
@@ -141,6 +143,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
     lines += speedup_section(run, host)
     lines += winner_section(run, host, decision)
     lines += disqualified_section(decision)
+    lines += spread_section(run, host)
     lines += soak_section(run, host)
     lines += acceptance_section(run, host)
 
@@ -175,6 +178,8 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
                     row.append(f"{fmt(c.get('completed'), 0)}/{fmt(c.get('failed'), 0)}")
                 elif key == "workload":
                     row.append(fmt(workload_of(c)))
+                elif key == "spread":
+                    row.append(spread_cell_text(c))
                 else:
                     row.append(fmt(c.get(key), digits))
             if c is top:

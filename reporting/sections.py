@@ -6,6 +6,7 @@ from reporting.acceptance import PER_REQUEST, RUNNING_AVERAGE, cell_acceptance, 
 from reporting.objective import journal_text, no_slo_text, per_cell_winners, soak_outcome
 from reporting.speedup import (RANDOM_IDS_NOTE, baseline_of, cell_map, config_names, crossover, geomean,
                                is_random_ids, speedups, workload_of)
+from reporting.spread_section import tie_lines
 
 
 def _fmt(value, digits=2):
@@ -109,9 +110,12 @@ def winner_section(run, host, decision):
         lines += _table(["config", what], rows) + [""]
     if decision.not_ranked:
         lines += ["Not ranked:", ""] + [f"- `{n}`: {_fmt(w)}" for n, w in decision.not_ranked.items()] + [""]
+    lines += tie_lines(decision)
     if decision.winner:
         keep = " (keep autoregressive / keep current)" if decision.keep else ""
         lines += [f"**Overall winner: `{decision.winner}`**{keep}. {decision.reason}.", ""]
+    elif decision.tie:
+        lines += [f"**Tie, no overall winner**: {decision.reason}.", ""]
     else:
         lines += [f"**No overall winner**: {decision.reason}.", ""]
     return lines

@@ -5,14 +5,18 @@ used for random-ids and dataset workloads when the venv can run it (prompt sets 
 bench_serving_available() says whether the venv can import it; bench_serving_argv() is one cell's argv (never a
 download: random-ids sends exact token ids, a dataset is read offline from --dataset-path, HF_HUB_OFFLINE=1);
 run_bench_serving_cell() runs it bounded by cell_timeout_s and reads its --output-file into bench_serving's metric
-names (metrics.METRIC_KEYS), with status ok|timeout|error and the reason.
+names (metrics.METRIC_KEYS), with status ok|timeout|error and the reason. run_sized_cell() sizes the cell by time:
+bench_serving takes a request count, so a run shorter than min_cell_seconds is run again with the count scaled up
+by the rate it measured (the short run was a warmup), within the cell's bound.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import tempfile
+import time
 
 from ansible.module_utils.loadgen.metrics import METRIC_KEYS
 
@@ -86,4 +90,36 @@ def run_bench_serving_cell(spec, workload, conc, num_prompts):
     row["connection"] = "per-request"  # bench_serving opens an aiohttp session per request (0.5.11)
     row["status"] = "ok" if not row["failed"] else "error"
     row["error"] = "" if not row["failed"] else "%d of %d requests failed" % (row["failed"], num_prompts)
+    return row
+
+
+# A rerun's count is scaled past the time asked by this factor, so one rerun normally suffices.
+SIZE_MARGIN = 1.2
+SIZE_ATTEMPTS = 3
+
+
+def run_sized_cell(spec, workload, conc, num_prompts):
+    """One cell through bench_serving lasting at least spec["min_cell_seconds"] with at least num_prompts requests:
+    rerun with num_prompts x min_seconds / duration x SIZE_MARGIN while a run is shorter (at most SIZE_ATTEMPTS
+    runs, all within cell_timeout_s). The row says what was asked (min_requests, min_cell_seconds, sized_runs)."""
+    min_seconds = float(spec.get("min_cell_seconds") or 0)
+    deadline = time.monotonic() + float(spec["cell_timeout_s"])
+    count, runs = num_prompts, 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            row = {"status": "timeout", "error": "sglang.bench_serving could not run %gs within the %ss cell bound"
+                   % (min_seconds, spec["cell_timeout_s"])}
+            break
+        row = run_bench_serving_cell(dict(spec, cell_timeout_s=left), workload, conc, count)
+        runs += 1
+        if row.get("status") == "timeout":
+            row["error"] = "sglang.bench_serving exceeded the %ss cell bound" % spec["cell_timeout_s"]
+        duration = row.get("duration") or 0.0
+        if row.get("status") != "ok" or duration >= min_seconds or runs >= SIZE_ATTEMPTS:
+            break
+        count = max(count + 1, int(math.ceil(count * min_seconds / max(duration, 1e-3) * SIZE_MARGIN)))
+    row.update(num_prompts=count, min_requests=num_prompts, min_cell_seconds=min_seconds, sized_runs=runs)
+    if row.get("status") == "ok" and (row.get("duration") or 0.0) < min_seconds:
+        row["sized_note"] = "%d runs stayed under %gs: the last lasted %.1fs" % (runs, min_seconds, row["duration"])
     return row

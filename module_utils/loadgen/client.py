@@ -174,9 +174,11 @@ async def _one_request(conn, path, body, backend, prompt_len, headers, timeout, 
 
 
 async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, headers, request_timeout,
-                 results, keep_text=False, on_start=None, connection="keep-alive"):
+                 results, keep_text=False, on_start=None, connection="keep-alive", more=None):
     """Run every body with exactly `concurrency` workers; append RequestResults to `results` as they end.
 
+    more(index, elapsed_s): asked for the next body once `bodies` are all issued (a cell sized by time); None ends
+    the cell.
     connection "keep-alive": the workers open their connections first (not timed: TCP setup and the server accepting
     C connections are not the server's TTFT) and reuse them. "per-request": every request opens its own connection
     inside its timed region and closes it after, as sglang.bench_serving does (0.5.11 bench_serving.py
@@ -187,7 +189,7 @@ async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, hea
     if connection not in CONNECTIONS:
         raise ValueError("connection must be one of %s, got %r" % (", ".join(CONNECTIONS), connection))
     per_request = connection == "per-request"
-    queue = list(reversed(bodies))
+    issued = [0]
     connected = []
     go = asyncio.Event()
     count = min(concurrency, len(bodies))
@@ -206,9 +208,13 @@ async def _drive(host, port, path, bodies, prompt_len, backend, concurrency, hea
                 started.append(time.perf_counter())
                 go.set()
             await go.wait()
-            while queue:
-                index = len(bodies) - len(queue)
-                body = queue.pop()
+            while True:
+                index = issued[0]
+                body = bodies[index] if index < len(bodies) else \
+                    (more(index, time.perf_counter() - started[0]) if more is not None else None)
+                if body is None:
+                    break
+                issued[0] += 1
                 if per_request:
                     conn.close()
                     conn = HttpConnection(host, port)
@@ -247,11 +253,30 @@ def read_accept_length(base_url, api_key=None, timeout=5.0):
 
 def _prompts_for(prompts, count, input_len, seed):
     """The cell's prompts: the given workload items (cycled), or `count` random token-id prompts."""
-    if prompts is None:
-        return make_prompts(count, input_len, seed)
-    if not prompts:
-        raise ValueError("the workload has no prompt")
-    return [prompts[i % len(prompts)] for i in range(count)]
+    return PromptStream(prompts, input_len, seed).take(count)
+
+
+class PromptStream:
+    """A cell's prompts in order, without end: the workload's items cycled, or random token-id prompts drawn from
+    one generator seeded once (the first `count` are make_prompts(count, ...)'s). A cell sized by time keeps taking
+    from it: text items repeat (the prompt sets are finite), random ids never do, so a request past the planned
+    count is not a prefix-cache hit of an earlier one (real 0.5.11's bench_serving gives each of its num_prompts
+    random-ids requests its own ids: sglang/benchmark/datasets/random.py sample_random_requests, a random offset
+    per prompt; sglang/bench_serving.py benchmark() runs a fixed count, hence bench_serving.run_sized_cell)."""
+
+    def __init__(self, prompts, input_len, seed):
+        if prompts is not None and not prompts:
+            raise ValueError("the workload has no prompt")
+        self.prompts, self.input_len, self.next = prompts, input_len, 0
+        self.rng = random.Random(seed) if prompts is None else None
+
+    def take(self, count):
+        if self.prompts is None:
+            lo, hi = TOKEN_ID_RANGE
+            return [[self.rng.randrange(lo, hi) for _ in range(self.input_len)] for _ in range(count)]
+        out = [self.prompts[(self.next + i) % len(self.prompts)] for i in range(count)]
+        self.next += count
+        return out
 
 
 def _sampled_outputs(results, count):
@@ -266,12 +291,18 @@ def _sampled_outputs(results, count):
 async def run_cell_async(base_url, backend="sglang", model="default", input_len=60, output_len=256,
                          concurrency=1, num_prompts=None, warmup_requests=1, request_timeout=600.0,
                          cell_timeout=1800.0, api_key=None, seed=0, prompts_per_concurrency=4,
-                         min_prompts=8, prompts=None, ignore_eos=True, sample_outputs=0, connection="keep-alive"):
+                         min_prompts=8, prompts=None, ignore_eos=True, sample_outputs=0, min_seconds=0.0,
+                         connection="keep-alive"):
     """Measure one cell. Returns a dict: bench_serving metric keys + acceptance (per request), status
-    ('ok'|'timeout'|'error'), error, errors (first distinct request errors), num_prompts, client_cpu_s,
-    requests (per-request counts), samples (up to sample_outputs finished texts).
+    ('ok'|'timeout'|'error'), error, errors (first distinct request errors), num_prompts (requests issued),
+    min_requests, min_cell_seconds, client_cpu_s, requests (per-request counts), samples (up to sample_outputs
+    finished texts).
 
     prompts: the workload's items (token-id lists or {"text", "messages"}); None = random ids of input_len.
+    Sized by time: with min_seconds > 0 the workers keep issuing requests (PromptStream: the same seed, text
+    cycled) until both at least num_prompts requests were issued and min_seconds have passed since the first one
+    started; every issued request is awaited, so the cell completes at least num_prompts and lasts at least
+    min_seconds (both bounded by cell_timeout).
     connection: CONNECTIONS (see _drive); the warmup always keeps its connections alive."""
     if connection not in CONNECTIONS:
         raise ValueError("connection must be one of %s, got %r" % (", ".join(CONNECTIONS), connection))
@@ -285,14 +316,22 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     if num_prompts is None:
         num_prompts = max(concurrency * prompts_per_concurrency, min_prompts)
     warm_n = max(warmup_requests, 0)
-    items = _prompts_for(prompts, num_prompts + warm_n, input_len, seed)
+    stream = PromptStream(prompts, input_len, seed)
+    items = stream.take(num_prompts + warm_n)
     # Warmup takes the items after the measured ones, so a text workload's measured prompts are not cached by it.
     bodies = [build_body(backend, model, p, output_len, ignore_eos) for p in items[:num_prompts]]
     warm_bodies = [build_body(backend, model, p, min(output_len, 32), ignore_eos) for p in items[num_prompts:]]
     prompt_len = input_len if prompts is None else 0  # text: the server's prompt_tokens fill it in
     keep_text = sample_outputs > 0
     row = {"status": "ok", "error": "", "errors": [], "num_prompts": num_prompts,
-           "warmup_requests": len(warm_bodies), "connection": connection}
+           "warmup_requests": len(warm_bodies), "min_requests": num_prompts, "min_cell_seconds": float(min_seconds),
+           "connection": connection}
+
+    def more(index, elapsed):
+        """The next request of a cell sized by time, or None once min_seconds have passed."""
+        if elapsed >= min_seconds:
+            return None
+        return build_body(backend, model, stream.take(1)[0], output_len, ignore_eos)
     deadline = time.monotonic() + cell_timeout
 
     if warm_bodies:
@@ -314,12 +353,13 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     try:
         await asyncio.wait_for(
             _drive(host, port, path, bodies, prompt_len, backend, concurrency, headers, request_timeout,
-                   results, keep_text=keep_text, on_start=marks.append, connection=connection),
+                   results, keep_text=keep_text, on_start=marks.append, connection=connection,
+                   more=more if min_seconds > 0 else None),
             max(deadline - time.monotonic(), 0.001))
     except asyncio.TimeoutError:
         row["status"] = "timeout"
-        row["error"] = "cell exceeded its %.0fs bound: %d of %d requests finished" % (
-            cell_timeout, len(results), num_prompts)
+        row["error"] = "cell exceeded its %.0fs bound: %d requests finished (at least %d and %gs asked)" % (
+            cell_timeout, len(results), num_prompts, min_seconds)
     duration = time.perf_counter() - marks[-1]
     row["client_cpu_s"] = time.process_time() - cpu0
     # Kept beside the per-cell figure as a diagnostic (what a reader of /server_info would have reported); it is the
@@ -331,9 +371,10 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     row["requests"] = [request_record(r) for r in results]
     row["samples"] = _sampled_outputs(results, sample_outputs)
     row["errors"] = first_errors(results)
+    row["num_prompts"] = max(num_prompts, len(results))
     if row["status"] == "ok" and row["failed"]:
         row["status"] = "error"
-        row["error"] = "%d of %d requests failed: %s" % (row["failed"], num_prompts, "; ".join(row["errors"]))
+        row["error"] = "%d of %d requests failed: %s" % (row["failed"], len(results), "; ".join(row["errors"]))
     return row
 
 
@@ -403,13 +444,14 @@ def main(argv=None):
     parser.add_argument("--cell-timeout", type=float, default=1800.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--connection", default="keep-alive", choices=CONNECTIONS)
+    parser.add_argument("--min-seconds", type=float, default=0.0)
     args = parser.parse_args(argv)
     try:
         row = run_cell(base_url=args.base_url, backend=args.backend, model=args.model,
                        input_len=args.input_len, output_len=args.output_len, concurrency=args.concurrency,
                        num_prompts=args.num_prompts, warmup_requests=args.warmup_requests,
                        request_timeout=args.request_timeout, cell_timeout=args.cell_timeout, seed=args.seed,
-                       connection=args.connection)
+                       connection=args.connection, min_seconds=args.min_seconds)
     except CellError as exc:
         print(json.dumps({"status": "error", "error": str(exc)}))
         return 1

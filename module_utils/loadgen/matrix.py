@@ -5,15 +5,16 @@ concurrency), then an optional soak.
 run_matrix(): the spec checked and the workloads prepared (workloads.py), the server's argv, model and the client
 chosen (server.py, bench_serving.py), then each cell measured with the built-in client (client.py) or with
 `python -m sglang.bench_serving` from the target venv (bench_serving.py: random-ids and datasets; prompt sets always
-use the built-in client), each cell bounded by cell_timeout_s, its row made and appended as soon as it is measured
-(rows.py), so an interrupted run keeps what it measured. run_soak_phase(): the shrinking-batch soak, with the
+use the built-in client): at least k x C requests and at least min_cell_seconds, cell_repeats times, each repeat
+bounded by cell_timeout_s; the repeats combined (repeats.py: medians, spread, spread_flag), the row made and appended
+as soon as the cell is measured (rows.py), so an interrupted run keeps what it measured. run_soak_phase(): the shrinking-batch soak, with the
 service unit watched (its MainPID and restart count must not change). Returns the run's summary.
 """
 from __future__ import annotations
 
 import time
 
-from ansible.module_utils.loadgen import bench_serving, client, rows, server, workloads
+from ansible.module_utils.loadgen import bench_serving, client, repeats, rows, server, workloads
 from ansible.module_utils.loadgen.prompts import PromptError
 
 
@@ -42,11 +43,27 @@ def _measure(spec, workload, conc, num_prompts, chosen, model):
                                    seed=(workload.get("context_length") or 0) * 1000 + conc,
                                    prompts=workload.get("items"), ignore_eos=not text,
                                    sample_outputs=spec.get("sample_outputs", 4) if text else 0,
-                                   connection=spec.get("connection", "keep-alive"))
+                                   connection=spec.get("connection", "keep-alive"),
+                                   min_seconds=float(spec.get("min_cell_seconds") or 0))
         measured["bench_client"] = "builtin"
     else:
-        measured = bench_serving.run_bench_serving_cell(spec, workload, conc, num_prompts)
+        measured = bench_serving.run_sized_cell(spec, workload, conc, num_prompts)
     return rows.judged(workload, measured)
+
+
+def _measure_repeated(spec, workload, conc, num_prompts, chosen, model):
+    """The cell measured cell_repeats times (a failed repeat ends it), combined into one row's fields: the median
+    figures, each repeat's key figures, their spread and the spread flag (repeats.py)."""
+    measured = []
+    for _ in range(int(spec.get("cell_repeats") or 1)):
+        try:
+            one = _measure(spec, workload, conc, num_prompts, chosen, model)
+        except client.CellError as exc:
+            one = {"status": "error", "error": str(exc)}
+        measured.append(one)
+        if one.get("status") != "ok":
+            break
+    return repeats.combine(measured, float(spec.get("max_spread", repeats.DEFAULT_MAX_SPREAD)))
 
 
 def run_soak_phase(spec, workload, model, labels, provenance):
@@ -79,6 +96,9 @@ def run_soak_phase(spec, workload, model, labels, provenance):
 def _count(summary, row):
     """One finished cell row into the run's summary."""
     summary["rows"] += 1
+    if row.get("spread_flag"):
+        summary["spread_flagged_cells"].append("%s: %s" % (row["cell"], ", ".join(
+            "%s spread %.1f%%" % (k, 100 * v["spread"]) for k, v in sorted(row["spread_flag"]["figures"].items()))))
     if row["status"] == "ok":
         summary["ok_cells"] += 1
         summary["best_output_throughput"] = max(summary["best_output_throughput"], row.get("output_throughput") or 0.0)
@@ -107,15 +127,13 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
     rows.start_rows(output_path)
     summary = {"rows": 0, "ok_cells": 0, "failed_cells": 0, "client": chosen, "best_output_throughput": 0.0,
                "failures": [], "output_path": output_path, "degenerate_cells": [], "soak": None,
+               "spread_flagged_cells": [],
                "workloads": {w["id"]: w.get("prompt_format") or "token ids" for w in prepared}}
     started = time.monotonic()
     for workload in prepared:
         for conc in spec["concurrencies"]:
             row, num_prompts = rows.cell_row(spec, workload, conc, chosen, labels)
-            try:
-                measured = _measure(spec, workload, conc, num_prompts, chosen, model)
-            except client.CellError as exc:
-                measured = {"status": "error", "error": str(exc)}
+            measured = _measure_repeated(spec, workload, conc, num_prompts, chosen, model)
             rows.finish_cell_row(row, measured, provenance)
             _count(summary, row)
             rows.write_row(output_path, row)

@@ -8,7 +8,8 @@ operator ShareGPT file on the target (real text through the model's chat templat
 workload x concurrency, workload outer.
 
 validate_spec() refuses bad input with every problem named (no workload, an empty prompt set, non-positive
-lengths, unknown client/backend, bounds that cannot hold); check_workloads() refuses a dataset path that does not
+lengths, unknown client/backend, bounds that cannot hold, a minimum cell time not below the cell bound, repeats < 1,
+a spread bound <= 0); check_workloads() refuses a dataset path that does not
 exist on the target. prepare_workload() renders a text workload's conversations into request items.
 """
 from __future__ import annotations
@@ -67,6 +68,18 @@ def validate_spec(spec):
         value = spec.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             errors.append("%s must be a number > 0, got %r" % (key, value))
+    repeats = spec.get("cell_repeats", 1)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        errors.append("cell_repeats must be an integer >= 1, got %r" % (repeats,))
+    min_s, bound = spec.get("min_cell_seconds", 0), spec.get("cell_timeout_s")
+    if isinstance(min_s, bool) or not isinstance(min_s, (int, float)) or min_s < 0:
+        errors.append("min_cell_seconds must be a number >= 0, got %r" % (min_s,))
+    elif isinstance(bound, (int, float)) and not isinstance(bound, bool) and min_s >= bound:
+        errors.append("min_cell_seconds (%g) must be below cell_timeout_s (%g): a cell could never end in time"
+                      % (min_s, bound))
+    max_spread = spec.get("max_spread", 0.1)
+    if isinstance(max_spread, bool) or not isinstance(max_spread, (int, float)) or max_spread <= 0:
+        errors.append("max_spread must be a number > 0 (a share of the median, e.g. 0.1), got %r" % (max_spread,))
     if spec.get("client", "auto") not in CLIENTS:
         errors.append("client must be one of %s, got %r" % (", ".join(CLIENTS), spec.get("client")))
     if spec.get("backend", "sglang") not in BACKENDS:
@@ -109,8 +122,8 @@ def cells(spec):
 
 
 def worst_case_seconds(spec):
-    """Upper bound of one matrix run: every cell at its bound (the caller adds its own margin)."""
-    return len(cells(spec)) * float(spec["cell_timeout_s"])
+    """Upper bound of one matrix run: every repeat of every cell at its bound (the caller adds its own margin)."""
+    return len(cells(spec)) * int(spec.get("cell_repeats") or 1) * float(spec["cell_timeout_s"])
 
 
 def prepare_workload(spec, workload):

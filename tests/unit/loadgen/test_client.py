@@ -277,3 +277,43 @@ def test_an_unknown_connection_mode_is_refused_before_any_request():
         with pytest.raises(ValueError, match="connection must be one of keep-alive, per-request"):
             cell(server, connection="pooled")
         assert server.requests == []
+
+
+def test_a_cell_sized_by_time_keeps_issuing_until_the_time_has_passed():
+    """min_seconds: the planned 4 requests take ~0.1 s, so the workers keep issuing (fresh random ids from the same
+    seeded stream, never a repeat of an earlier prompt) until 0.6 s have passed; all are measured."""
+    with FixtureServer(ttft=0.0, itl=0.005) as server:
+        row = cell(server, concurrency=2, num_prompts=4, output_len=10, min_seconds=0.6)
+        warm = server.requests[0][1]["input_ids"]
+        sent = [tuple(req["input_ids"]) for _, req, _ in server.requests[1:]]
+    assert row["status"] == "ok", row
+    assert row["duration"] >= 0.6 and row["completed"] > 4
+    assert row["num_prompts"] == row["completed"] == len(sent)
+    assert row["min_requests"] == 4 and row["min_cell_seconds"] == 0.6
+    assert len(set(sent)) == len(sent)
+    first = bench_client.make_prompts(5, 8, 0)          # the seeded stream's start is make_prompts' (warmup = 5th)
+    assert {tuple(p) for p in first[:4]} <= set(sent) and warm == first[4]
+
+
+def test_a_cell_sized_by_time_still_completes_the_planned_requests():
+    """Both floors hold: a tiny min_seconds does not cut the planned k x C requests short."""
+    with FixtureServer(ttft=0.0, itl=0.01) as server:
+        row = cell(server, concurrency=2, num_prompts=6, output_len=8, min_seconds=0.001)
+    assert row["status"] == "ok" and row["completed"] >= 6
+
+
+def test_a_text_cell_sized_by_time_cycles_its_prompts():
+    items = [{"text": "alpha", "messages": []}, {"text": "beta", "messages": []}]
+    with FixtureServer(itl=0.005) as server:
+        row = cell(server, prompts=items, concurrency=1, num_prompts=2, output_len=6, warmup_requests=0,
+                   ignore_eos=False, min_seconds=0.3)
+        texts = [req["text"] for _, req, _ in server.requests]
+    assert row["status"] == "ok" and len(texts) > 2
+    assert texts == [items[i % 2]["text"] for i in range(len(texts))]
+
+
+def test_a_cell_sized_by_time_is_bounded_by_the_cell_timeout():
+    with FixtureServer(itl=0.01) as server:
+        row = cell(server, concurrency=2, num_prompts=2, output_len=5, min_seconds=30, cell_timeout=0.5)
+    assert row["status"] == "timeout"
+    assert "at least 2 and 30s asked" in row["error"]

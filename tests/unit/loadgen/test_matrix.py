@@ -42,6 +42,10 @@ def test_good_spec_has_no_errors():
     ({"client": "vllm"}, "client must be one of"),
     ({"backend": "trt"}, "backend must be one of"),
     ({"base_url": "127.0.0.1:30000"}, "base_url must be"),
+    ({"cell_repeats": 0}, "cell_repeats must be an integer >= 1"),
+    ({"min_cell_seconds": -1}, "min_cell_seconds must be a number >= 0"),
+    ({"min_cell_seconds": 30}, "min_cell_seconds (30) must be below cell_timeout_s (30)"),
+    ({"max_spread": 0}, "max_spread must be a number > 0"),
 ])
 def test_bad_specs_are_named(change, message):
     errors = bench_workloads.validate_spec(spec(**change))
@@ -59,6 +63,7 @@ def test_cells_order_and_bound():
     assert [(w["id"], c) for w, c in bench_workloads.cells(GOOD)] == [
         ("random-ids/ctx60", 1), ("random-ids/ctx60", 8), ("random-ids/ctx1024", 1), ("random-ids/ctx1024", 8)]
     assert bench_workloads.worst_case_seconds(GOOD) == 4 * 30
+    assert bench_workloads.worst_case_seconds(spec(cell_repeats=3)) == 4 * 3 * 30
 
 
 def test_check_serving():
@@ -319,3 +324,69 @@ def test_bench_serving_that_fails_to_import_is_not_available(tmp_path, monkeypat
     assert not ok and "datasets" in why
     with pytest.raises(ValueError, match="not importable.*datasets"):
         bench_matrix.run_matrix(spec(client="sglang.bench_serving", venv_python=sys.executable))
+
+
+def test_every_cell_is_repeated_and_its_row_keeps_the_median_the_repeats_and_the_spread(tmp_path):
+    out = tmp_path / "r.jsonl"
+    with FixtureServer(itl=0.002) as server:
+        summary = bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[2],
+                                               cell_repeats=3, max_spread=50.0), output_path=str(out))
+        measured = len(server.requests)
+    row = json.loads(out.read_text())
+    assert summary["rows"] == 1 and summary["ok_cells"] == 1 and summary["spread_flagged_cells"] == []
+    assert measured == 3 * (2 + 1)                     # 3 repeats of (k x C = 2 requests + 1 warmup)
+    assert row["cell_repeats"] == 3 and [r["repeat"] for r in row["repeats"]] == [1, 2, 3]
+    tps = sorted(r["output_throughput"] for r in row["repeats"])
+    assert row["output_throughput"] == tps[1]          # the median is the row's figure
+    assert row["spread"]["output_throughput"] == pytest.approx((tps[2] - tps[0]) / tps[1])
+    assert row["spread_flag"] is None and row["max_spread"] == 50.0
+    assert len(row["requests"]) == 6 and {r["repeat"] for r in row["requests"]} == {1, 2, 3}
+
+
+def test_a_cell_whose_repeats_spread_past_the_bound_is_flagged(tmp_path, monkeypatch):
+    figures = iter([100.0, 125.0, 102.0])
+
+    def fake(spec_, workload, conc, num_prompts, chosen, model):
+        return {"status": "ok", "output_throughput": next(figures), "median_tpot_ms": 10.0, "completed": 4,
+                "duration": 1.0, "degenerate": {"checked": 0, "flagged": 0, "evidence": []}}
+
+    monkeypatch.setattr(bench_matrix, "_measure", fake)
+    monkeypatch.setattr(bench_matrix.server, "served_model", lambda *a, **k: "m")
+    out = tmp_path / "f.jsonl"
+    summary = bench_matrix.run_matrix(spec(context_lengths=[4], concurrencies=[1], cell_repeats=3, max_spread=0.1),
+                                      output_path=str(out))
+    row = json.loads(out.read_text())
+    assert row["output_throughput"] == 102.0 and row["spread"]["output_throughput"] == pytest.approx(25 / 102)
+    assert row["spread"]["median_tpot_ms"] == 0.0
+    assert row["spread_flag"] == {"bound": 0.1, "figures": {"output_throughput": {
+        "spread": pytest.approx(25 / 102), "values": [100.0, 125.0, 102.0]}}}
+    assert summary["spread_flagged_cells"] == ["ctx4_c1: output_throughput spread 24.5%"]
+
+
+def test_a_failed_repeat_ends_the_cell_with_its_reason(tmp_path, monkeypatch):
+    results = iter([{"status": "ok", "output_throughput": 100.0, "duration": 1.0},
+                    {"status": "error", "error": "2 of 4 requests failed: boom", "output_throughput": 50.0}])
+    calls = []
+
+    def fake(*args):
+        calls.append(1)
+        return next(results)
+
+    monkeypatch.setattr(bench_matrix, "_measure", fake)
+    monkeypatch.setattr(bench_matrix.server, "served_model", lambda *a, **k: "m")
+    out = tmp_path / "e.jsonl"
+    summary = bench_matrix.run_matrix(spec(context_lengths=[4], concurrencies=[1], cell_repeats=3),
+                                      output_path=str(out))
+    row = json.loads(out.read_text())
+    assert len(calls) == 2 and summary["failed_cells"] == 1
+    assert row["status"] == "error" and row["error"] == "2 of 4 requests failed: boom"
+    assert [r["status"] for r in row["repeats"]] == ["ok", "error"]
+
+
+def test_min_cell_seconds_reaches_the_client(tmp_path):
+    out = tmp_path / "t.jsonl"
+    with FixtureServer(itl=0.002) as server:
+        bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[1],
+                                     min_cell_seconds=0.3), output_path=str(out))
+    row = json.loads(out.read_text())
+    assert row["duration"] >= 0.3 and row["min_cell_seconds"] == 0.3 and row["completed"] > 2

@@ -158,8 +158,9 @@ def test_written_yaml_loads_and_says_how_to_apply(both, group_vars, tmp_path):
     assert "a group whose winner is null" in text and "applies nothing" in text
     loaded = yaml.safe_load(text)
     assert loaded == proposal
-    assert set(loaded["groups"]["nvlink"]) == {"hosts", "winner", "reason", "baseline", "figures", "disqualified",
-                                               "group_vars", "diff"}
+    assert set(loaded["groups"]["nvlink"]) == {"hosts", "winner", "status", "reason", "baseline", "figures",
+                                               "disqualified", "group_vars", "diff"}
+    assert loaded["groups"]["nvlink"]["status"] == "winner" and "tie" not in loaded["groups"]["nvlink"]
     assert "diff: |" in proposal_text(proposal)      # multi-line text as a literal block
 
 
