@@ -5,7 +5,8 @@ concurrency), then an optional soak.
 run_matrix(): the spec checked and the workloads prepared (workloads.py), the server's argv, model and the client
 chosen (server.py, bench_serving.py), then each cell measured with the built-in client (client.py) or with
 `python -m sglang.bench_serving` from the target venv (bench_serving.py: random-ids and datasets; prompt sets always
-use the built-in client), each cell bounded by cell_timeout_s, its row made and appended as soon as it is measured
+use the built-in client), each cell bounded by cell_timeout_s, with the GPUs' power sampled while it runs (power.py)
+and its goodput under the bench's bounds (goodput.py), its row made and appended as soon as it is measured
 (rows.py), so an interrupted run keeps what it measured. run_soak_phase(): the shrinking-batch soak, with the
 service unit watched (its MainPID and restart count must not change). Returns the run's summary.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from ansible.module_utils.loadgen import bench_serving, client, rows, server, workloads
+from ansible.module_utils.loadgen import bench_serving, client, goodput, power, rows, server, workloads
 from ansible.module_utils.loadgen.prompts import PromptError
 
 
@@ -29,8 +30,17 @@ def _client(spec):
     return "sglang.bench_serving" if available else "builtin"
 
 
-def _measure(spec, workload, conc, num_prompts, chosen, model):
-    """One cell measured by the chosen client (prompt sets always by the built-in one), judged for its row."""
+def _measure(spec, workload, conc, num_prompts, chosen, model, gpu_count=None):
+    """One cell measured by the chosen client (prompt sets always by the built-in one) with the GPUs' power sampled
+    around it (power.py), its goodput under the bench's bounds (goodput.py), judged for its row."""
+    measured = power.measure(lambda: _measure_cell(spec, workload, conc, num_prompts, chosen, model),
+                             spec.get("power_interval", 1.0), gpu_count=gpu_count)
+    measured.update(goodput.row_goodput(measured, spec.get("goodput_ttft_ms"), spec.get("goodput_tpot_ms")))
+    return rows.judged(workload, measured)
+
+
+def _measure_cell(spec, workload, conc, num_prompts, chosen, model):
+    """The cell's measurement by the chosen client."""
     text = workload["kind"] != "random-ids"
     if chosen == "builtin" or workload["kind"] == "prompts":
         measured = client.run_cell(base_url=spec["base_url"], backend=spec.get("backend", "sglang"), model=model,
@@ -45,7 +55,7 @@ def _measure(spec, workload, conc, num_prompts, chosen, model):
         measured["bench_client"] = "builtin"
     else:
         measured = bench_serving.run_bench_serving_cell(spec, workload, conc, num_prompts)
-    return rows.judged(workload, measured)
+    return measured
 
 
 def run_soak_phase(spec, workload, model, labels, provenance):
@@ -98,6 +108,7 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
     if spec.get("service_unit"):
         provenance.setdefault("flags", server.service_argv(spec["service_unit"]))
     chosen = _client(spec)
+    gpu_count = power.server_gpu_count(provenance.get("flags"))
     model = spec.get("model") or server.served_model(spec["base_url"], spec.get("api_key"))
     try:
         prepared = [workloads.prepare_workload(spec, w) for w in workloads.workloads(spec)]
@@ -112,7 +123,7 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
         for conc in spec["concurrencies"]:
             row, num_prompts = rows.cell_row(spec, workload, conc, chosen, labels)
             try:
-                measured = _measure(spec, workload, conc, num_prompts, chosen, model)
+                measured = _measure(spec, workload, conc, num_prompts, chosen, model, gpu_count)
             except client.CellError as exc:
                 measured = {"status": "error", "error": str(exc)}
             rows.finish_cell_row(row, measured, provenance)
