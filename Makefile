@@ -1,5 +1,6 @@
 # Two commands on a fresh Debian 12 machine (as root):
-#   make demo   installs the controller environment, brings the lab up, runs site.yml then bench.yml on b300-lab
+#   make demo   installs the controller environment, brings the lab up, runs site.yml then the demo sweep on b300-lab
+#               (playbooks/vars/demo-sweep.yml: the autoregressive baseline and two speculative configs)
 #   make test   lint, unit tests, then the lab integration tests and every role's molecule scenario (two workers)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -61,8 +62,8 @@ test: deps venv lint unit integration
 demo: deps venv
 	$(BIN)/python -m lab up
 	$(BIN)/ansible-playbook site.yml -l b300
-	$(BIN)/ansible-playbook playbooks/bench.yml -l b300
-	@echo "demo done: the lab stays up (make lab-down removes it); report under results/"
+	$(BIN)/ansible-playbook playbooks/sweep.yml -l b300 -e @playbooks/vars/demo-sweep.yml
+	@echo "demo done: the lab stays up (make lab-down removes it); report: results/<run>/report.md (named by the sweep verdict above)"
 
 bench: deps venv
 	$(BIN)/python -m bench

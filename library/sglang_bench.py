@@ -18,6 +18,8 @@ description:
     carried figures (then labelled C(server_running_average)). Sampled outputs go through the smoke test's
     degenerate-output detector.
   - With O(soak_concurrency), a shrinking-batch soak follows the matrix with O(service_unit) watched.
+  - Each cell's GPU power is sampled on the target every O(power_interval) seconds (mean/max W, limit, GPU count,
+    output tokens per joule) and its goodput computed under O(goodput_ttft_ms) and O(goodput_tpot_ms).
   - Appends one JSON row per cell to O(output_path) with sglang.bench_serving's metric names, the cell status
     (ok, timeout, error) and reason, O(labels) and O(provenance) (plus the running service's argv).
   - Run it with C(async)/C(poll) so the task itself is bounded too.
@@ -74,6 +76,20 @@ options:
     description: Longest output of a soak request (0 = O(output_len)).
     type: int
     default: 0
+  goodput_ttft_ms:
+    description:
+      - Goodput's TTFT bound in ms (null = none); a request is good when it succeeded within every bound. Each row
+        carries the bounds, its good requests, their share and good requests per second.
+    type: float
+  goodput_tpot_ms:
+    description: Goodput's TPOT bound in ms (null = none), TPOT = (latency - TTFT) / (output tokens - 1).
+    type: float
+  power_interval:
+    description:
+      - Seconds between GPU power samples (nvidia-smi power.draw, power.limit) while each cell runs; 0 = off. A host
+        without nvidia-smi gets null power figures with the reason.
+    type: float
+    default: 1.0
   concurrencies:
     description: Concurrency levels (max concurrent requests); one matrix column each. Must not be empty.
     type: list
@@ -271,6 +287,9 @@ def main():
             soak_concurrency=dict(type="int", default=0),
             soak_rounds=dict(type="int", default=2),
             soak_output_len=dict(type="int", default=0),
+            goodput_ttft_ms=dict(type="float"),
+            goodput_tpot_ms=dict(type="float"),
+            power_interval=dict(type="float", default=1.0),
             concurrencies=dict(type="list", elements="int", required=True),
             output_len=dict(type="int", default=256),
             prompts_per_concurrency=dict(type="int", default=4),

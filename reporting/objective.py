@@ -1,10 +1,12 @@
 """Which config wins: disqualification, per-cell winners, and the overall winner of a host or a host group.
 
 Throughput mode (default): the overall winner is the config with the highest geometric-mean speedup over the
-(workload, C) cells the baseline measured (ties by name). SLO mode (a p99 TTFT and/or p99 ITL bound): per config and
-workload its best output throughput among ok cells meeting every bound; the config's score is the geometric mean over
-the baseline's workloads of that figure relative to the baseline's; a config with no SLO-meeting cell in some workload
-is out. Hosts of one group are aggregated by the geometric mean over hosts; a config must be valid on all of them.
+(workload, C) cells the baseline measured (ties by name). SLO mode (a p99 TTFT, ITL and/or TPOT bound) ranks by
+goodput: per config and workload its highest good requests per second (reporting/goodput.py: requests whose own TTFT
+and TPOT are within the TTFT and TPOT bounds, recomputed from the rows' per-request records) among ok cells (with an
+ITL bound, only cells whose p99 ITL meets it: ITL is per token, not per request); the config's score is the geometric
+mean over the baseline's workloads of that figure relative to the baseline's; a config with no good request in some
+workload is out. Hosts of one group are aggregated by the geometric mean over hosts; a config must be valid on all of them.
 
 Disqualified: sweep status failed, soak failed, or any cell (matrix or soak) with degenerate.flagged > 0.
 A speculative config wins only if it beats the baseline (score > 1); otherwise the baseline wins ("keep
@@ -16,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from reporting.goodput import good_rps
 from reporting.speedup import (ranked_workloads, baseline_of, cell_map, config_names, coverage, geomean, geomean_speedup, is_ok,
                                workload_of)
 from reporting.ties import resolve as resolve_ties
@@ -29,16 +32,21 @@ class Objective:
     mode: str = "throughput"                 # throughput | slo
     slo_ttft_p99_ms: float | None = None
     slo_itl_p99_ms: float | None = None
+    slo_tpot_p99_ms: float | None = None
 
     @classmethod
-    def from_bounds(cls, ttft_p99_ms=None, itl_p99_ms=None):
+    def from_bounds(cls, ttft_p99_ms=None, itl_p99_ms=None, tpot_p99_ms=None):
         """Throughput mode without bounds, SLO mode with any; a negative or non-finite bound is a ValueError."""
-        for name, value in (("ttft p99", ttft_p99_ms), ("itl p99", itl_p99_ms)):
+        for name, value in (("ttft p99", ttft_p99_ms), ("itl p99", itl_p99_ms), ("tpot p99", tpot_p99_ms)):
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                       or not math.isfinite(value) or value <= 0):
                 raise ValueError(f"SLO bound {name} must be a positive number of ms, got {value!r}")
-        mode = "slo" if ttft_p99_ms is not None or itl_p99_ms is not None else "throughput"
-        return cls(mode, ttft_p99_ms, itl_p99_ms)
+        mode = "slo" if any(v is not None for v in (ttft_p99_ms, itl_p99_ms, tpot_p99_ms)) else "throughput"
+        return cls(mode, ttft_p99_ms, itl_p99_ms, tpot_p99_ms)
+
+    def _bounds(self):
+        return (("p99_ttft_ms", self.slo_ttft_p99_ms), ("p99_itl_ms", self.slo_itl_p99_ms),
+                ("p99_tpot_ms", self.slo_tpot_p99_ms))
 
     def bounds_text(self):
         parts = []
@@ -46,12 +54,15 @@ class Objective:
             parts.append(f"ttft p99 <= {self.slo_ttft_p99_ms:g} ms")
         if self.slo_itl_p99_ms is not None:
             parts.append(f"itl p99 <= {self.slo_itl_p99_ms:g} ms")
+        if self.slo_tpot_p99_ms is not None:
+            parts.append(f"tpot p99 <= {self.slo_tpot_p99_ms:g} ms")
         return ", ".join(parts)
 
     def describe(self):
         if self.mode == "slo":
-            return (f"SLO ({self.bounds_text()}): best SLO-meeting output throughput, geometric mean over workloads "
-                    "(real-text workloads when measured; random ids rank only when nothing else was)")
+            return (f"SLO ({self.bounds_text()}): goodput, the highest good requests per second (requests whose TTFT "
+                    "and TPOT are within the bounds) per workload, geometric mean over workloads (real-text workloads "
+                    "when measured; random ids rank only when nothing else was)")
         return ("throughput: highest geometric-mean speedup over the baseline's (workload, C) cells (real-text "
                 "workloads when measured; random ids rank only when nothing else was)")
 
@@ -59,16 +70,23 @@ class Objective:
         """True when the cell is ok and within every given bound (a missing figure does not meet a bound)."""
         if not is_ok(cell):
             return False
-        for key, bound in (("p99_ttft_ms", self.slo_ttft_p99_ms), ("p99_itl_ms", self.slo_itl_p99_ms)):
+        for key, bound in self._bounds():
             value = cell.get(key)
             if bound is not None and (not isinstance(value, (int, float)) or value > bound):
                 return False
         return True
 
+    def counts(self, cell):
+        """SLO mode: whether the cell's goodput counts: ok, with a positive goodput, and within the ITL bound."""
+        bound, value = self.slo_itl_p99_ms, cell.get("p99_itl_ms")
+        if not is_ok(cell) or (bound is not None and (not isinstance(value, (int, float)) or value > bound)):
+            return False
+        return (good_rps(cell, self) or 0) > 0
+
     def excess(self, cell):
         """How far the cell is from the SLO: the largest value/bound ratio over the given bounds (<= 1 meets)."""
         worst = 0.0
-        for key, bound in (("p99_ttft_ms", self.slo_ttft_p99_ms), ("p99_itl_ms", self.slo_itl_p99_ms)):
+        for key, bound in self._bounds():
             if bound is None:
                 continue
             value = cell.get(key)
@@ -76,7 +94,8 @@ class Objective:
         return worst
 
     def as_dict(self):
-        return {"mode": self.mode, "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_itl_p99_ms": self.slo_itl_p99_ms}
+        return {"mode": self.mode, "slo_ttft_p99_ms": self.slo_ttft_p99_ms, "slo_itl_p99_ms": self.slo_itl_p99_ms,
+                "slo_tpot_p99_ms": self.slo_tpot_p99_ms}
 
 
 def no_slo_text(objective):
@@ -188,10 +207,10 @@ def per_cell_winners(run, host, disqualified=None):
 
 
 def slo_best(run, config, host, objective):
-    """{workload: cell}: the config's highest-throughput ok cell meeting the SLO, per workload."""
+    """{workload: cell}: the config's ok cell with the highest goodput (good req/s) under the SLO, per workload."""
     out = {}
     for (workload, _), c in sorted(cell_map(run, config, host).items()):
-        if objective.meets(c) and (workload not in out or c["output_throughput"] > out[workload]["output_throughput"]):
+        if objective.counts(c) and (workload not in out or good_rps(c, objective) > good_rps(out[workload], objective)):
             out[workload] = c
     return out
 
@@ -211,7 +230,7 @@ class HostFacts:
     baseline: str | None
     names: list
     disqualified: dict
-    scores: dict            # config -> score (throughput: geomean speedup; slo: absolute geomean tok/s)
+    scores: dict            # config -> score (throughput: geomean speedup; slo: absolute geomean good req/s)
     not_ranked: dict        # config -> why it has no score
     workloads: list         # the baseline's workloads (slo) / the workloads measured
     slo: dict               # config -> {workload: best SLO cell}
@@ -253,9 +272,9 @@ def host_facts(run, host, objective):
         else:
             lacking = [w for w in workloads if w not in slo[name]]
             if lacking:
-                not_ranked[name] = f"no SLO-meeting cell ({objective.bounds_text()}) in {', '.join(lacking)}"
+                not_ranked[name] = f"no good request under the SLO ({objective.bounds_text()}) in {', '.join(lacking)}"
                 continue
-            scores[name] = geomean(slo[name][w]["output_throughput"] for w in workloads)
+            scores[name] = geomean(good_rps(slo[name][w], objective) for w in workloads)
     return HostFacts(host, baseline, names, disq, scores, not_ranked, workloads, slo, closest)
 
 
@@ -269,7 +288,7 @@ class Decision:
     reason: str
     keep: bool                         # the winner is the baseline
     scores: dict                       # config -> group score relative to the baseline (None when undefined)
-    absolute: dict                     # slo mode: config -> geomean over hosts of absolute SLO throughput
+    absolute: dict                     # slo mode: config -> geomean over hosts of absolute goodput (good req/s)
     disqualified: dict                 # config -> [evidence], merged over hosts (host named in each why)
     not_ranked: dict                   # config -> why
     facts: list                        # [HostFacts]
@@ -329,13 +348,13 @@ def _decide(run, hosts, objective):
         base_abs = absolute[baseline] if baseline in absolute else geomean(f.scores[f.baseline] for f in facts)
         scores = {n: absolute[n] / base_abs for n in ranked}
         return _pick(result, scores, baselines, baseline, ranked, where,
-                     f"SLO-meeting throughput ({objective.bounds_text()}) relative to the baseline", disq,
+                     f"goodput under the SLO ({objective.bounds_text()}) relative to the baseline", disq,
                      absolute=absolute)
     # The baseline misses the SLO (or is disqualified) somewhere: every config that meets it beats the baseline.
     order = sorted(ranked, key=lambda n: (-round(absolute[n], 9), n))
     winner = order[0]
-    return result(winner, f"{winner} has the highest SLO-meeting throughput ({objective.bounds_text()}): "
-                          f"{absolute[winner]:.1f} tok/s geometric mean over workloads{where}; the baseline "
+    return result(winner, f"{winner} has the highest goodput under the SLO ({objective.bounds_text()}): "
+                          f"{absolute[winner]:.3f} good req/s geometric mean over workloads{where}; the baseline "
                           f"{baseline} does not meet the SLO or is disqualified",
                   scores={n: None for n in ranked}, absolute=absolute)
 

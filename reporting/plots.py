@@ -1,5 +1,5 @@
-"""PNG plots (matplotlib, Agg backend, controller only): throughput vs concurrency per config (one panel per
-workload), speedup over the autoregressive baseline vs concurrency (one panel per workload), and accept length + peak
+"""PNG plots (matplotlib, Agg backend, controller only): throughput against interactivity with the Pareto frontier
+(one panel per workload, reporting/frontier.py), throughput vs concurrency per config (one panel per workload), speedup over the autoregressive baseline vs concurrency (one panel per workload), and accept length + peak
 throughput vs speculative budget."""
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from pathlib import Path
 import matplotlib
 from matplotlib.ticker import NullFormatter
 
+from reporting.frontier import pareto, per_gpu_label
+from reporting.frontier import series as frontier_series
 from reporting.load import Run
 from reporting.objective import disqualifications
-from reporting.speedup import baseline_of, is_random_ids, speedups, workload_of
+from reporting.speedup import baseline_of, is_random_ids, ranked_workloads, speedups, workload_of
 from reporting.status import accept_length_of, config_status, ok_cells, peak
 
 matplotlib.use("Agg")  # no display on a controller: before pyplot is first imported
@@ -144,10 +146,48 @@ def budget_plot(run: Run, path: Path):
     return path
 
 
+def frontier_plot(run: Run, path: Path):
+    """Throughput against interactivity (reporting/frontier.py), one panel per workload: x output tok/s per user,
+    y output tok/s per GPU, each config a line through its concurrencies (labelled C=..), the Pareto frontier over
+    all configs drawn dashed. None when no cell has a median TPOT."""
+    table, left_out = frontier_series(run)
+    if not table:
+        return None
+    workloads = ranked_workloads(table) + [w for w in sorted(table) if w not in ranked_workloads(table)]
+    cols = min(len(workloads), 2)
+    rows = (len(workloads) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.5 * rows), squeeze=False)
+    for i, workload in enumerate(workloads):
+        ax = axes[i // cols][i % cols]
+        for label, pts in table[workload].items():
+            line, = ax.plot([p["per_user"] for p in pts], [p["per_gpu"] for p in pts], marker="o", label=label)
+            for p in pts:
+                ax.annotate(f"C={p['C']}", (p["per_user"], p["per_gpu"]), textcoords="offset points",
+                            xytext=(3, 3), fontsize="x-small", color=line.get_color())
+        front = pareto([p for pts in table[workload].values() for p in pts])
+        ax.plot([p["per_user"] for p in front], [p["per_gpu"] for p in front], linestyle="--", color="black",
+                linewidth=1.2, label="Pareto frontier")
+        ax.set_title(workload + (" (throughput only)" if is_random_ids(workload) else ""))
+        ax.set_xlabel("output tok/s per user (1000 / median TPOT ms)")
+        ax.set_ylabel(per_gpu_label(run))
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    for j in range(len(workloads), rows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    fig.suptitle(f"{run.name}: throughput against interactivity"
+                 + (f"\n(disqualified, not drawn: {', '.join(left_out)})" if left_out else ""))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def make_plots(run: Run, out_dir) -> list:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    made = [throughput_vs_concurrency(run, out_dir / "throughput_vs_concurrency.png"),
+    made = [frontier_plot(run, out_dir / "throughput_vs_interactivity.png"),
+            throughput_vs_concurrency(run, out_dir / "throughput_vs_concurrency.png"),
             speedup_vs_concurrency(run, out_dir / "speedup_vs_concurrency.png"),
             budget_plot(run, out_dir / "accept_throughput_vs_budget.png")]
     return [p for p in made if p is not None]

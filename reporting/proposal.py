@@ -162,18 +162,18 @@ def winner_figures(run, decision, config):
 def group_entry(run, group, hosts, objective, group_vars_dir):
     decision = decide(run, hosts, objective)
     figures = {"objective": objective.mode, "slo_ttft_p99_ms": objective.slo_ttft_p99_ms,
-               "slo_itl_p99_ms": objective.slo_itl_p99_ms}
+               "slo_itl_p99_ms": objective.slo_itl_p99_ms, "slo_tpot_p99_ms": objective.slo_tpot_p99_ms}
     if decision.winner:
         figures.update(winner_figures(run, decision, decision.winner))
     if objective.mode == "throughput":
         figures["ranking"] = {n: _r(s) for n, s in sorted(decision.scores.items(), key=lambda kv: (-kv[1], kv[0]))}
     else:
         figures["ranking"] = {n: {"relative_to_baseline": _r(decision.scores.get(n)),
-                                  "slo_throughput_geomean": _r(a, 2)}
+                                  "slo_goodput_rps_geomean": _r(a, 3)}
                               for n, a in sorted(decision.absolute.items(), key=lambda kv: (-kv[1], kv[0]))}
         if decision.winner:
             figures["slo_relative_to_baseline"] = _r(decision.scores.get(decision.winner))
-            figures["slo_throughput_geomean"] = _r(decision.absolute.get(decision.winner), 2)
+            figures["slo_goodput_rps_geomean"] = _r(decision.absolute.get(decision.winner), 3)
             figures["slo_best_cells"] = {str(f.host): {w: _cell_brief(c)
                                                        for w, c in f.slo.get(decision.winner, {}).items()}
                                          for f in decision.facts}

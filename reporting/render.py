@@ -1,17 +1,21 @@
-"""report.md from a loaded Run: a summary of configs (best peak highlighted), speedup over autoregressive, the
-winner under the objective, disqualified configs with their evidence, the shrinking-batch soak, acceptance, a table
-per config, failures with their reasons and journal excerpts, provenance, and links to the plots."""
+"""report.md from a loaded Run, read top to bottom: the summary (baseline and speculative configs, the verdict with its
+evidence, every config's status and peak), the proposal, throughput against interactivity (frontier plot, targets),
+goodput and power; then the details: speedup over autoregressive, the winner under the objective, disqualified configs
+with their evidence, the shrinking-batch soak, acceptance, a table per config, failures with their reasons and journal
+excerpts, the other plots and provenance."""
 from __future__ import annotations
 
 import datetime
 from pathlib import Path
 
+from reporting.frontier import DEFAULT_TARGETS
 from reporting.load import Run
 from reporting.objective import Objective, decide
+from reporting.overview import MARK_NOTE, frontier_section, goodput_power_section, verdict_lines, wl
 from reporting.plots import make_plots
 from reporting.sections import (acceptance_section, disqualified_section, proposal_section, soak_section,
                                 speedup_section, winner_section)
-from reporting.speedup import config_spec, workload_of
+from reporting.speedup import config_spec, is_random_ids, workload_of
 from reporting.spread_section import spread_cell_text, spread_section
 from reporting.status import accept_length_of, best_config, config_status, peak
 
@@ -28,9 +32,14 @@ CELL_COLUMNS = (
     ("TPOT mean ms", "mean_tpot_ms", 2),
     ("accept len", "accept_length", 2),
     ("repeats: spread tps / TPOT", "spread", 0),
+    ("good %", "goodput_share", 0),
+    ("good req/s", "goodput_rps", 2),
+    ("W mean", "power_mean_w", 0),
+    ("tok/J", "output_tokens_per_joule", 3),
     ("done/failed", None, 0),
     ("status", "status", 0),
 )
+FRONTIER_PLOT = "throughput_vs_interactivity"
 TPS_COLUMN = [key for _, key, _ in CELL_COLUMNS].index("output_throughput")
 SPEC_KEYS = ("algorithm", "budget", "topk", "block_size", "cuda_graph")
 
@@ -51,7 +60,8 @@ def _table(headers, rows):
     return out
 
 
-def render_report(run: Run, plots=(), objective=None, proposal=None, proposal_path=None) -> str:
+def render_report(run: Run, plots=(), objective=None, proposal=None, proposal_path=None,
+                  targets=DEFAULT_TARGETS) -> str:
     """report.md text; objective (reporting.objective.Objective) picks the winner, default throughput; proposal
     (reporting.proposal.build_proposal()[0]) adds its summary."""
     hosts = run.hosts()
@@ -66,14 +76,15 @@ def render_report(run: Run, plots=(), objective=None, proposal=None, proposal_pa
         if plots:
             lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
         for host in hosts:
-            body = _render_one(run.for_host(host), (), objective).splitlines()
+            body = _render_one(run.for_host(host), (), objective, targets=targets).splitlines()
             body = [("#" + line) if line.startswith("#") else line for line in body[1:]]
             lines += [f"## Host {host}"] + body + [""]
         return "\n".join(lines)
-    return _render_one(run, plots, objective, proposal, proposal_path)
+    return _render_one(run, plots, objective, proposal, proposal_path, targets)
 
 
-def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path=None) -> str:
+def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path=None,
+                targets=DEFAULT_TARGETS) -> str:
     lines = [f"# Benchmark report: {run.name}", ""]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
     hosts = run.hosts()
@@ -89,8 +100,13 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
                  f"** of {len(names)} config(s). Best: {('**' + best + '**') if best else 'none'}.")
     lines.append("")
 
+    host = hosts[0] if hosts else None
+    decision = decide(run, [host], objective or Objective())
+    frontier_png = next((p for p in plots if Path(p).stem == FRONTIER_PLOT), None)
+    plots = [p for p in plots if p != frontier_png]
+
     # Summary
-    lines += ["## Summary", ""]
+    lines += ["## Summary", ""] + verdict_lines(run, host, decision)
     headers = ["config", "status", *SPEC_KEYS, "peak out tok/s", "at ctx/C", "accept len", "ready s", "reason"]
     rows = []
     for name in names:
@@ -133,13 +149,13 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
 
     if proposal:
         lines += proposal_section(proposal, proposal_path)
+    lines += frontier_section(run, host, targets, frontier_png)
+    lines += goodput_power_section(run, host, objective)
+    lines += ["# Details", ""]
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{Path(p).stem}]({p})" for p in plots]
         lines.append("")
-
-    host = hosts[0] if hosts else None
-    decision = decide(run, [host], objective or Objective())
     lines += speedup_section(run, host)
     lines += winner_section(run, host, decision)
     lines += disqualified_section(decision)
@@ -177,9 +193,12 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
                 if key is None:
                     row.append(f"{fmt(c.get('completed'), 0)}/{fmt(c.get('failed'), 0)}")
                 elif key == "workload":
-                    row.append(fmt(workload_of(c)))
+                    row.append(fmt(wl(workload_of(c))))
                 elif key == "spread":
                     row.append(spread_cell_text(c))
+                elif key == "goodput_share":
+                    share = c.get(key)
+                    row.append(fmt(share * 100.0, 0) + "%" if isinstance(share, (int, float)) else "–")
                 else:
                     row.append(fmt(c.get(key), digits))
             if c is top:
@@ -198,6 +217,8 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
             lines.append("")
         lines += _table([h for h, _, _ in CELL_COLUMNS], rows)
         lines.append("")
+    if any(is_random_ids(workload_of(c)) for c in run.cells):
+        lines += [MARK_NOTE, ""]
 
     # Provenance
     prov = next((c.get("provenance") for c in run.cells if c.get("provenance")), None)
@@ -214,7 +235,8 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
     return "\n".join(lines)
 
 
-def write_report(run: Run, run_dir, plots=True, objective=None, proposal=None, proposal_path=None) -> Path:
+def write_report(run: Run, run_dir, plots=True, objective=None, proposal=None, proposal_path=None,
+                 targets=DEFAULT_TARGETS) -> Path:
     """Write RUN_DIR/report.md (and RUN_DIR/plots/*.png unless plots is False); returns the report's path."""
     run_dir = Path(run_dir)
     made = []
@@ -222,5 +244,5 @@ def write_report(run: Run, run_dir, plots=True, objective=None, proposal=None, p
         made = make_plots(run, run_dir / "plots")
     rel = [str(Path(p).relative_to(run_dir)) for p in made]
     path = run_dir / "report.md"
-    path.write_text(render_report(run, rel, objective, proposal, proposal_path), encoding="utf-8")
+    path.write_text(render_report(run, rel, objective, proposal, proposal_path, targets), encoding="utf-8")
     return path

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from reporting.acceptance import PER_REQUEST, RUNNING_AVERAGE, cell_acceptance, workload_acceptance
 from reporting.objective import journal_text, no_slo_text, per_cell_winners, soak_outcome
-from reporting.speedup import (RANDOM_IDS_NOTE, baseline_of, cell_map, config_names, crossover, geomean,
+from reporting.goodput import goodput_of
+from reporting.overview import MARK_NOTE, wl
+from reporting.speedup import (baseline_of, cell_map, config_names, crossover, geomean,
                                is_random_ids, speedups, workload_of)
 from reporting.spread_section import tie_lines
 
@@ -25,7 +27,12 @@ def _table(headers, rows):
 
 
 def _wl(workload):
-    return f"{workload} ({RANDOM_IDS_NOTE})" if is_random_ids(workload) else workload
+    """The workload's name, marked when random ids; the note itself is said once under the table (MARK_NOTE)."""
+    return wl(workload)
+
+
+def _note_once(workloads):
+    return [MARK_NOTE, ""] if any(is_random_ids(w) for w in workloads) else []
 
 
 def _crossover_text(value):
@@ -63,6 +70,7 @@ def speedup_section(run, host):
         lines += _table(["workload"] + [f"C={c}" for c in concs] + ["crossover"], rows)
         values = [s for series in table.values() for s in series.values()]
         lines += ["", f"Geometric mean speedup: {geomean(values):.3f}x over {len(values)} (workload, C) cell(s).", ""]
+        lines += _note_once(table)
     return lines
 
 
@@ -78,25 +86,42 @@ def winner_section(run, host, decision):
     baseline = decision.baseline
     base = cell_map(run, baseline, host) if baseline else {}
     if winners:
+        # One row per workload, one column per C (not one row per cell): "config tok/s (speedup x)".
+        concs = sorted({c for _, c in winners})
         rows = []
-        for (workload, conc), (name, tps) in winners.items():
-            speed = f"{tps / base[(workload, conc)]['output_throughput']:.3f}" if (workload, conc) in base else "–"
-            rows.append([_wl(workload), str(conc), f"`{name}`", f"{tps:.1f}", speed])
-        lines += ["Per (workload, C): the ok, non-disqualified config with the highest output tok/s.", ""]
-        lines += _table(["workload", "C", "winner", "out tok/s", "speedup"], rows) + [""]
+        for workload in sorted({w for w, _ in winners}):
+            row = [_wl(workload)]
+            for conc in concs:
+                if (workload, conc) not in winners:
+                    row.append("–")
+                    continue
+                name, tps = winners[(workload, conc)]
+                speed = f" ({tps / base[(workload, conc)]['output_throughput']:.2f}x)" if (workload, conc) in base else ""
+                row.append(f"`{name}` {tps:.1f}{speed}")
+            rows.append(row)
+        lines += ["Per (workload, C): the ok, non-disqualified config with the highest output tok/s (its speedup over "
+                  "the baseline in brackets).", ""]
+        lines += _table(["workload"] + [f"C={c}" for c in concs], rows) + [""] + _note_once(w for w, _ in winners)
     if objective.mode == "slo":
-        lines += [f"SLO-meeting cells ({objective.bounds_text()}): per config and workload its best output tok/s.", ""]
+        lines += [f"Goodput under the SLO ({objective.bounds_text()}): per config and workload its cell with the most "
+                  "good requests per second (requests whose TTFT and TPOT are within the bounds).", ""]
         facts = decision.facts[0]
         rows = []
         for name in facts.names:
             best = facts.slo.get(name, {})
             for workload in facts.workloads or sorted(best):
                 c = best.get(workload)
+                g = goodput_of(c, objective) if c else {}
+                share = g.get("goodput_share")
                 rows.append([f"`{name}`", _wl(workload), str(c.get("max_concurrency")) if c else "–",
-                             _fmt(c.get("output_throughput"), 1) if c else "none meets the SLO",
-                             _fmt(c.get("p99_ttft_ms"), 1) if c else "–", _fmt(c.get("p99_itl_ms"), 2) if c else "–"])
+                             _fmt(g.get("goodput_rps"), 3) if c else "no request within the SLO",
+                             _fmt(share * 100.0, 0) + "%" if isinstance(share, float) else "–",
+                             _fmt(c.get("output_throughput"), 1) if c else "–",
+                             _fmt(c.get("p99_ttft_ms"), 1) if c else "–", _fmt(c.get("p99_tpot_ms"), 2) if c else "–",
+                             _fmt(c.get("p99_itl_ms"), 2) if c else "–"])
         if rows:
-            lines += _table(["config", "workload", "C", "out tok/s", "ttft p99 ms", "itl p99 ms"], rows) + [""]
+            lines += _table(["config", "workload", "C", "good req/s", "good %", "out tok/s", "ttft p99 ms",
+                             "tpot p99 ms", "itl p99 ms"], rows) + [""] + _note_once(facts.workloads)
         if decision.no_slo:
             lines += [f"**{no_slo_text(objective)}.** Closest cell per config:", ""]
             for name in facts.names:
@@ -104,7 +129,7 @@ def winner_section(run, host, decision):
                 lines.append(f"- `{name}`: {_cell_text(c) if c else 'no ok cell'}")
             lines.append("")
     if decision.scores:
-        what = "geomean speedup" if objective.mode == "throughput" else "SLO throughput vs baseline"
+        what = "geomean speedup" if objective.mode == "throughput" else "goodput under the SLO vs baseline"
         rows = [[f"`{n}`", _fmt(s, 3) + ("x" if s is not None else "")]
                 for n, s in sorted(decision.scores.items(), key=lambda kv: (-(kv[1] or 0), kv[0]))]
         lines += _table(["config", what], rows) + [""]
@@ -197,11 +222,9 @@ def acceptance_section(run, host):
             notes = []
             if acc["running_average"]:
                 notes.append("running average of the server, not a per-cell figure")
-            if is_random_ids(workload):
-                notes.append(RANDOM_IDS_NOTE)
             if acc["mismatches"]:
                 notes.append(f"MISMATCH in {len(acc['mismatches'])} cell(s)")
-            rows.append([f"`{name}`", workload, _fmt(acc["accept_length"], 2), _fmt(acc["accept_rate"], 3),
+            rows.append([f"`{name}`", _wl(workload), _fmt(acc["accept_length"], 2), _fmt(acc["accept_rate"], 3),
                          _source_text(acc["sources"], recomputed), str(acc["cells"]), "; ".join(notes) or ""])
             mismatches += [(name, c, p) for c, p in acc["mismatches"]]
     if not rows:
@@ -209,6 +232,7 @@ def acceptance_section(run, host):
     lines += ["Accept length = completion tokens / verify steps (recomputed from the per-request figures when the "
               "rows carry them); accept rate = accepted / proposed drafts.", ""]
     lines += _table(["config", "workload", "accept len", "accept rate", "source", "cells", "note"], rows) + [""]
+    lines += _note_once(set(workload_of(c) for n in config_names(run, host) for c in run.cells_of(n, host)))
     for name, c, p in mismatches:
         lines.append(f"- **MISMATCH** `{name}` {workload_of(c)} C={c.get('max_concurrency')}: stored accept_length "
                      f"{p['stored']:.3f} vs {p['accept_length']:.3f} recomputed from the requests "

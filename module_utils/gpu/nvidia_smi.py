@@ -226,6 +226,45 @@ def query_compute_apps(nvidia_smi=BINARY, run=None, timeout=60):
     return parse_compute_apps(_stdout(argv, run, timeout))
 
 
+# GPU power: `--query-gpu=index,power.draw,power.limit` (nvidia-smi --help-query-gpu: power.draw is the board's
+# last measured draw in W, a 1 s average on Ampere and newer; power.limit the software power limit in W; "[N/A]"
+# where power management is not supported). Recorded on the H200: tests/fixtures/nvidia-smi/h200-power-query.txt.
+POWER_FIELDS = ("index", "power.draw", "power.limit")
+POWER_ARGS = ("--query-gpu=" + ",".join(POWER_FIELDS), CSV_FORMAT)
+
+
+def parse_power(text):
+    """Parse `--query-gpu=<POWER_FIELDS> --format=csv,noheader,nounits` into one dict per GPU: index (int), draw_w
+    and limit_w (float, or None where nvidia-smi reports them unavailable). A malformed line raises
+    NvidiaSmiParseError quoting it."""
+    gpus = []
+    for line in text.splitlines():
+        line = _ANSI.sub("", line).strip()
+        if not line:
+            continue
+        parts = [_value(p) for p in line.split(",")]
+        if len(parts) != len(POWER_FIELDS):
+            raise NvidiaSmiParseError("expected %d comma-separated fields (%s), got %d in line %r"
+                                      % (len(POWER_FIELDS), ",".join(POWER_FIELDS), len(parts), line))
+        try:
+            index = int(parts[0])
+            draw, limit = (float(v) if v is not None else None for v in parts[1:])
+        except (TypeError, ValueError):
+            raise NvidiaSmiParseError("index, power.draw or power.limit is not a number in line %r" % line)
+        gpus.append({"index": index, "draw_w": draw, "limit_w": limit})
+    gpus.sort(key=lambda g: g["index"])
+    return gpus
+
+
+def query_power(nvidia_smi=BINARY, run=None, timeout=10):
+    """The GPUs' power now (parse_power), or None when the host has no nvidia-smi. Errors as query_gpus."""
+    binary = find_binary(nvidia_smi)
+    if not binary:
+        return None
+    argv = [binary] + list(POWER_ARGS)
+    return parse_power(_stdout(argv, run, timeout))
+
+
 IDENTITY_FIELDS = (("gpu_name", "name"), ("compute_capability", "compute_capability"),
                    ("driver_version", "driver_version"))
 

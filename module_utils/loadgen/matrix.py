@@ -6,15 +6,16 @@ run_matrix(): the spec checked and the workloads prepared (workloads.py), the se
 chosen (server.py, bench_serving.py), then each cell measured with the built-in client (client.py) or with
 `python -m sglang.bench_serving` from the target venv (bench_serving.py: random-ids and datasets; prompt sets always
 use the built-in client): at least k x C requests and at least min_cell_seconds, cell_repeats times, each repeat
-bounded by cell_timeout_s; the repeats combined (repeats.py: medians, spread, spread_flag), the row made and appended
-as soon as the cell is measured (rows.py), so an interrupted run keeps what it measured. run_soak_phase(): the shrinking-batch soak, with the
-service unit watched (its MainPID and restart count must not change). Returns the run's summary.
+bounded by cell_timeout_s, with the GPUs' power sampled while it runs (power.py) and its goodput under the bench's
+bounds (goodput.py); the repeats combined (repeats.py: medians, spread, spread_flag), the row made and appended
+as soon as the cell is measured (rows.py), so an interrupted run keeps what it measured. run_soak_phase(): the
+shrinking-batch soak, with the service unit watched (its MainPID and restart count must not change). Returns the run's summary.
 """
 from __future__ import annotations
 
 import time
 
-from ansible.module_utils.loadgen import bench_serving, client, repeats, rows, server, workloads
+from ansible.module_utils.loadgen import bench_serving, client, goodput, power, repeats, rows, server, workloads
 from ansible.module_utils.loadgen.prompts import PromptError
 
 
@@ -30,8 +31,17 @@ def _client(spec):
     return "sglang.bench_serving" if available else "builtin"
 
 
-def _measure(spec, workload, conc, num_prompts, chosen, model):
-    """One cell measured by the chosen client (prompt sets always by the built-in one), judged for its row."""
+def _measure(spec, workload, conc, num_prompts, chosen, model, gpu_count=None):
+    """One cell measured by the chosen client (prompt sets always by the built-in one) with the GPUs' power sampled
+    around it (power.py), its goodput under the bench's bounds (goodput.py), judged for its row."""
+    measured = power.measure(lambda: _measure_cell(spec, workload, conc, num_prompts, chosen, model),
+                             spec.get("power_interval", 1.0), gpu_count=gpu_count)
+    measured.update(goodput.row_goodput(measured, spec.get("goodput_ttft_ms"), spec.get("goodput_tpot_ms")))
+    return rows.judged(workload, measured)
+
+
+def _measure_cell(spec, workload, conc, num_prompts, chosen, model):
+    """The cell's measurement by the chosen client."""
     text = workload["kind"] != "random-ids"
     if chosen == "builtin" or workload["kind"] == "prompts":
         measured = client.run_cell(base_url=spec["base_url"], backend=spec.get("backend", "sglang"), model=model,
@@ -48,16 +58,16 @@ def _measure(spec, workload, conc, num_prompts, chosen, model):
         measured["bench_client"] = "builtin"
     else:
         measured = bench_serving.run_sized_cell(spec, workload, conc, num_prompts)
-    return rows.judged(workload, measured)
+    return measured
 
 
-def _measure_repeated(spec, workload, conc, num_prompts, chosen, model):
+def _measure_repeated(spec, workload, conc, num_prompts, chosen, model, gpu_count=None):
     """The cell measured cell_repeats times (a failed repeat ends it), combined into one row's fields: the median
     figures, each repeat's key figures, their spread and the spread flag (repeats.py)."""
     measured = []
     for _ in range(int(spec.get("cell_repeats") or 1)):
         try:
-            one = _measure(spec, workload, conc, num_prompts, chosen, model)
+            one = _measure(spec, workload, conc, num_prompts, chosen, model, gpu_count)
         except client.CellError as exc:
             one = {"status": "error", "error": str(exc)}
         measured.append(one)
@@ -119,6 +129,7 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
     if spec.get("service_unit"):
         provenance.setdefault("flags", server.service_argv(spec["service_unit"]))
     chosen = _client(spec)
+    gpu_count = power.server_gpu_count(provenance.get("flags"))
     model = spec.get("model") or server.served_model(spec["base_url"], spec.get("api_key"))
     try:
         prepared = [workloads.prepare_workload(spec, w) for w in workloads.workloads(spec)]
@@ -133,7 +144,7 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
     for workload in prepared:
         for conc in spec["concurrencies"]:
             row, num_prompts = rows.cell_row(spec, workload, conc, chosen, labels)
-            measured = _measure_repeated(spec, workload, conc, num_prompts, chosen, model)
+            measured = _measure_repeated(spec, workload, conc, num_prompts, chosen, model, gpu_count)
             rows.finish_cell_row(row, measured, provenance)
             _count(summary, row)
             rows.write_row(output_path, row)

@@ -53,8 +53,12 @@ class RequestResult:
 
 
 def request_record(r):
-    """The compact per-request record a row keeps, so a report can recompute the cell's figures."""
+    """The compact per-request record a row keeps, so a report can recompute the cell's figures (goodput under other
+    bounds too: ttft_ms, and tpot_ms as bench_serving.calculate_metrics defines it; None when undefined)."""
+    tpot = (r.latency - r.ttft) / (r.output_len - 1) * 1000.0 if r.success and r.output_len > 1 else None
     return {"index": r.index, "success": r.success, "prompt_tokens": r.prompt_len, "completion_tokens": r.output_len,
+            "ttft_ms": round(r.ttft * 1000.0, 3) if r.success else None,
+            "tpot_ms": round(tpot, 4) if tpot is not None else None,
             "spec_verify_ct": r.spec_verify_ct, "spec_accepted_drafts": r.spec_accepted_drafts,
             "spec_proposed_drafts": r.spec_proposed_drafts, "spec_accept_length": r.server_accept_length}
 

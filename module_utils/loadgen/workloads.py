@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from ansible.module_utils.loadgen import goodput, power
 from ansible.module_utils.loadgen import prompts as bench_prompts
 from ansible.module_utils.loadgen.client import BACKENDS
 from ansible.module_utils.loadgen.server import server_tokenizer
@@ -36,7 +37,7 @@ def _positive_int_list(name, value, errors):
 
 def validate_spec(spec):
     """List of human-readable problems with a matrix spec (empty list = valid)."""
-    errors = []
+    errors = goodput.spec_problems(spec) + power.spec_problems(spec)
     prompt_sets = spec.get("prompt_sets") or {}
     if not isinstance(prompt_sets, dict):
         errors.append("prompt_sets must be a mapping of set name to conversations, got %r" % (prompt_sets,))

@@ -38,6 +38,23 @@ def cell(config, workload, conc, tps, host="h1", group="nvlink", status="ok", tt
            "p99_itl_ms": 6.0 if itl is None else itl, "mean_tpot_ms": 5.5, "accept_length": None,
            "completed": 8, "failed": 0, "provenance": {"host_group": group}}
     row.update(extra)
+    return with_request_latencies(row)
+
+
+OUT_TOKENS = 100  # output tokens per synthetic request: a cell's good req/s is its tok/s / 100 when all are good
+
+
+def with_request_latencies(row):
+    """Every request gets the cell's p99 TTFT and p99 TPOT (mean TPOT when none) as its own ttft_ms/tpot_ms, and the
+    cell a duration that makes its successful requests x OUT_TOKENS its output tok/s: goodput under an SLO is then
+    the cell's tok/s / OUT_TOKENS when the cell meets the TTFT and TPOT bounds, else 0."""
+    if row.get("status") != "ok" or not row.get("output_throughput"):
+        return row
+    reqs = row.get("requests") or [{"success": True, "completion_tokens": OUT_TOKENS}
+                                   for _ in range(row.get("completed") or 1)]
+    tpot = row.get("p99_tpot_ms") if row.get("p99_tpot_ms") is not None else row.get("mean_tpot_ms")
+    row["requests"] = [dict(r, ttft_ms=row.get("p99_ttft_ms"), tpot_ms=tpot) for r in reqs]
+    row.setdefault("duration", sum(1 for r in reqs if r.get("success")) * OUT_TOKENS / row["output_throughput"])
     return row
 
 

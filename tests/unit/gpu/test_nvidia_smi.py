@@ -350,3 +350,39 @@ def test_the_rule_sees_an_argv_built_the_old_way(tmp_path):
                    'x = ["nvidia-smi", "-L"]\ny = ("/usr/bin/nvidia-smi", "topo", "-m")\n'
                    'message = ("none: nvidia-smi listed no GPU", "none")\n')
     assert len(nvidia_smi_argv_in(old)) == 4  # the message is no argv
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU power: the query the bench's power sampler runs (module_utils/loadgen/power.py)
+
+def test_power_parsed_from_the_h200_recording_and_its_fields_documented():
+    from ansible.module_utils.gpu.nvidia_smi import POWER_ARGS, POWER_FIELDS, parse_power
+    assert POWER_ARGS == ("--query-gpu=index,power.draw,power.limit", "--format=csv,noheader,nounits")
+    assert parse_power(read("h200-power-query.txt")) == [{"index": 0, "draw_w": 80.94, "limit_w": 700.0}]
+    eight = parse_power(read("b300-8gpu-power-query.txt"))
+    assert [g["index"] for g in eight] == list(range(8)) and {g["limit_w"] for g in eight} == {1100.0}
+    assert parse_power("0, [N/A], [N/A]\n\n") == [{"index": 0, "draw_w": None, "limit_w": None}]
+    helptext = read("h200-help-query-gpu.txt")
+    for field in POWER_FIELDS:
+        assert '"%s"' % field in helptext, field
+    with pytest.raises(NvidiaSmiParseError, match="expected 3"):
+        parse_power("0, 80.94\n")
+    with pytest.raises(NvidiaSmiParseError, match="not a number"):
+        parse_power("0, 80.94 W, 700.00 W\n")        # the units a query without nounits adds
+
+
+def test_query_power_runs_its_one_argv_and_the_fake_host_answers_like_the_recording(tmp_path):
+    import sys
+    from ansible.module_utils.gpu.nvidia_smi import POWER_ARGS, parse_power, query_power
+    assert query_power(str(tmp_path / "absent")) is None
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("")
+    asked = []
+    assert query_power(str(smi), _recorded("h200-power-query.txt", asked=asked)) == parse_power(
+        read("h200-power-query.txt"))
+    assert asked[0][0] == [str(smi), *POWER_ARGS]
+    sys.path.insert(0, str(FIX))
+    from fake_host import FakeHost
+    host = FakeHost("h200-gate-query.txt", "h200-topo.txt", power="h200-power-query.txt")
+    rc, out, _ = host([str(smi), *POWER_ARGS], 10)
+    assert rc == 0 and out == read("h200-power-query.txt")

@@ -346,7 +346,7 @@ def test_every_cell_is_repeated_and_its_row_keeps_the_median_the_repeats_and_the
 def test_a_cell_whose_repeats_spread_past_the_bound_is_flagged(tmp_path, monkeypatch):
     figures = iter([100.0, 125.0, 102.0])
 
-    def fake(spec_, workload, conc, num_prompts, chosen, model):
+    def fake(spec_, workload, conc, num_prompts, chosen, model, gpu_count=None):
         return {"status": "ok", "output_throughput": next(figures), "median_tpot_ms": 10.0, "completed": 4,
                 "duration": 1.0, "degenerate": {"checked": 0, "flagged": 0, "evidence": []}}
 

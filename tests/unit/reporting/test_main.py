@@ -64,7 +64,8 @@ def test_cli_slo_without_winner_still_exits_0(sweep, tmp_path):
     text = (run_dir / "report.md").read_text()
     assert "no config meets the SLO (ttft p99 <= 5 ms, itl p99 <= 7 ms)" in text
     proposal = yaml.safe_load((run_dir / "proposal.yml").read_text())
-    assert proposal["objective"] == {"mode": "slo", "slo_ttft_p99_ms": 5.0, "slo_itl_p99_ms": 7.0}
+    assert proposal["objective"] == {"mode": "slo", "slo_ttft_p99_ms": 5.0, "slo_itl_p99_ms": 7.0,
+                                     "slo_tpot_p99_ms": None}
     assert proposal["groups"]["nvlink"]["winner"] is None
 
 

@@ -69,7 +69,8 @@ def test_host_groups(both):
 def test_nvlink_winner_fragment_and_diff(both, group_vars):
     proposal, decisions = build_proposal(both, Objective(), group_vars)
     assert proposal["run"] == "sweep-x"
-    assert proposal["objective"] == {"mode": "throughput", "slo_ttft_p99_ms": None, "slo_itl_p99_ms": None}
+    assert proposal["objective"] == {"mode": "throughput", "slo_ttft_p99_ms": None, "slo_itl_p99_ms": None,
+                                     "slo_tpot_p99_ms": None}
     g = proposal["groups"]["nvlink"]
     assert g["hosts"] == ["h1"] and g["winner"] == "dd8" and g["baseline"] == "ar"
     f = g["figures"]
@@ -140,7 +141,8 @@ def test_baseline_winner_keeps_current(tmp_path, group_vars):
 
 def test_slo_figures(both, group_vars):
     proposal, _ = build_proposal(both, Objective.from_bounds(ttft_p99_ms=100.0), group_vars)
-    assert proposal["objective"] == {"mode": "slo", "slo_ttft_p99_ms": 100.0, "slo_itl_p99_ms": None}
+    assert proposal["objective"] == {"mode": "slo", "slo_ttft_p99_ms": 100.0, "slo_itl_p99_ms": None,
+                                     "slo_tpot_p99_ms": None}
     f = proposal["groups"]["nvlink"]["figures"]
     assert proposal["groups"]["nvlink"]["winner"] == "dd8"
     assert f["slo_relative_to_baseline"] == round(900.0 / 600.0, 4) == 1.5      # real text (code) only

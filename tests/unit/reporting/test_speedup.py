@@ -54,8 +54,8 @@ def test_speedup_section_in_report(run):
     assert "| never |" in section and "| below 1 at every C |" in section
     assert "| prompts/code | 3.000 | 0.800 | 0.500 | C=8 |" in section
     assert "Geometric mean speedup: 1.353x over 6 (workload, C) cell(s)." in section
-    assert ("random-ids/ctx1024 (throughput only: acceptance on random ids says nothing about real traffic)"
-            in section)
+    assert "| random-ids/ctx1024 † |" in section
+    assert "† random token ids: throughput only: acceptance on random ids says nothing about real traffic." in section
     assert "### `ar`" not in section
 
 
@@ -91,7 +91,7 @@ def test_soak_cells_never_enter_speedup_or_winner(run):
     text = render_report(run)
     winner = text.split("## Winner")[1].split("## Disqualified")[0]
     assert "99999" not in winner
-    assert "| prompts/code | 64 | `ar` | 2000.0 | 1.000 |" in winner
+    assert "| prompts/code | `dd16` 300.0 (3.00x) | `dd8` 900.0 (1.50x) | `ar` 2000.0 (1.00x) |" in winner
     soak = text.split("## Shrinking-batch soak")[1].split("## Acceptance")[0]
     assert "C=64: 99999.0 tok/s, ok; C=8: 99999.0 tok/s, ok; C=1: 99999.0 tok/s, ok" in soak
     assert "99999" not in text.split("## Shrinking-batch soak")[0]
@@ -116,11 +116,10 @@ def test_old_rows_without_workload_are_reported(tmp_path):
     assert speedups(run, "budget8", "none", "b300") == {"random-ids/ctx60": {1: pytest.approx(1.8),
                                                                               8: pytest.approx(0.9)}}
     text = render_report(run)
-    assert "| random-ids/ctx60 (throughput only: acceptance on random ids says nothing about real traffic) " \
-           "| 1.800 | 0.900 | C=8 |" in text
+    assert "| random-ids/ctx60 † | 1.800 | 0.900 | C=8 |" in text
     assert f"Geometric mean speedup: {math.sqrt(1.8 * 0.9):.3f}x over 2" in text
     # acceptance of an old row: stored figure, source unknown
-    assert "| `budget8` | random-ids/ctx60 | 4.40 | – | unknown (row names no source) | 2 |" in text
+    assert "| `budget8` | random-ids/ctx60 † | 4.40 | – | unknown (row names no source) | 2 |" in text
     assert "**Overall winner: `budget8`**" in text
 
 
