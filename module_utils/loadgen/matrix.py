@@ -6,14 +6,15 @@ run_matrix(): the spec checked and the workloads prepared (workloads.py), the se
 chosen (server.py, bench_serving.py), then each cell measured with the built-in client (client.py) or with
 `python -m sglang.bench_serving` from the target venv (bench_serving.py: random-ids and datasets; prompt sets always
 use the built-in client), each cell bounded by cell_timeout_s, its row made and appended as soon as it is measured
-(rows.py), so an interrupted run keeps what it measured. run_soak_phase(): the shrinking-batch soak, with the
+(rows.py), so an interrupted run keeps what it measured. Then the lossless gate's greedy outputs per workload
+(lossless.py: kind "gate" rows, compared with the baseline's on the controller). run_soak_phase(): the shrinking-batch soak, with the
 service unit watched (its MainPID and restart count must not change). Returns the run's summary.
 """
 from __future__ import annotations
 
 import time
 
-from ansible.module_utils.loadgen import bench_serving, client, rows, server, workloads
+from ansible.module_utils.loadgen import bench_serving, client, lossless, rows, server, workloads
 from ansible.module_utils.loadgen.prompts import PromptError
 
 
@@ -106,7 +107,8 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
     rows.start_rows(output_path)
     summary = {"rows": 0, "ok_cells": 0, "failed_cells": 0, "client": chosen, "best_output_throughput": 0.0,
                "failures": [], "output_path": output_path, "degenerate_cells": [], "soak": None,
-               "workloads": {w["id"]: w.get("prompt_format") or "token ids" for w in prepared}}
+               "workloads": {w["id"]: w.get("prompt_format") or "token ids" for w in prepared},
+               "gate": {"rows": 0, "failed": []}}
     started = time.monotonic()
     for workload in prepared:
         for conc in spec["concurrencies"]:
@@ -120,6 +122,12 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
             rows.write_row(output_path, row)
             if log:
                 log("%s %s %.1f tok/s" % (row["cell"], row["status"], row.get("output_throughput") or 0.0))
+    for gate in lossless.run_gate_phase(spec, prepared, labels):
+        gate.update(schema=rows.SCHEMA, finished_at=rows.now())
+        rows.write_row(output_path, gate)
+        summary["gate"]["rows"] += 1
+        if gate["status"] != "ok":
+            summary["gate"]["failed"].append("%s C=%d: %s" % (gate["workload"], gate["max_concurrency"], gate["error"]))
     if spec.get("soak_concurrency"):
         text = [w for w in prepared if w.get("items")]
         soak = run_soak_phase(spec, (text or prepared)[0], model, labels, provenance)
