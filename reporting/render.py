@@ -7,6 +7,8 @@ import datetime
 from pathlib import Path
 
 from reporting.load import Run
+from reporting.lossless import not_lossless
+from reporting.lossless_section import lossless_section
 from reporting.objective import Objective, decide
 from reporting.plots import make_plots
 from reporting.sections import (acceptance_section, disqualified_section, proposal_section, soak_section,
@@ -101,7 +103,8 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
         if not reason and soak.get("status") == "failed":
             reason = f"soak failed: {soak.get('reason') or '?'}"
         if not reason and status == "disqualified":
-            reason = "degenerate output flagged (see Disqualified)"
+            reason = ("not lossless (see Lossless gate)" if not_lossless(run, name)
+                      else "degenerate output flagged (see Disqualified)")
         if not reason and status != "ok":
             bad = [c for c in run.cells_of(name) if c.get("status") != "ok"]
             reason = "; ".join(f"{c.get('cell')}: {c.get('error')}" for c in bad[:3])
@@ -141,6 +144,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
     lines += speedup_section(run, host)
     lines += winner_section(run, host, decision)
     lines += disqualified_section(decision)
+    lines += lossless_section(run, host)
     lines += soak_section(run, host)
     lines += acceptance_section(run, host)
 
