@@ -110,14 +110,18 @@ async def _one(conn, path, body, headers, timeout):
 
 async def run_gate_async(base_url, prompts, output_len, concurrency=1, request_timeout=600.0, timeout=1800.0,
                          api_key=None):
-    """Generate every prompt with `concurrency` workers (so the batch holds up to that many requests). Returns
-    {"outputs": [per prompt, in prompt order], "status": ok|timeout|error, "error", "elapsed_s"}."""
+    """Generate every prompt with `concurrency` workers. Fewer prompts than workers are cycled to fill the batch
+    (the copies only keep the batch at `concurrency`; their outputs are not returned), so the prompts decode in a
+    batch of that size. Returns {"outputs": [per prompt, in prompt order], "status": ok|timeout|error, "error",
+    "in_flight", "elapsed_s"}."""
     if output_len < 1 or concurrency < 1:
         raise ValueError("output_len and concurrency must be >= 1")
     host, port = split_url(base_url)
     headers = {"Authorization": "Bearer %s" % api_key} if api_key else None
-    results = [None] * len(prompts)
-    queue = list(range(len(prompts)))
+    count = len(prompts)
+    requests = prompts + [prompts[i % count] for i in range(count, concurrency)] if count else []
+    results = [None] * len(requests)
+    queue = list(range(len(requests)))
     started = time.monotonic()
 
     async def worker():
@@ -125,7 +129,7 @@ async def run_gate_async(base_url, prompts, output_len, concurrency=1, request_t
         try:
             while queue:
                 i = queue.pop(0)
-                pid, prompt = prompts[i]
+                pid, prompt = requests[i]
                 out, error = await _one(conn, "/generate", gate_body(prompt, output_len), headers, request_timeout)
                 results[i] = {"index": i, "prompt_id": pid, "prompt": prompt_excerpt(prompt), "text": out.text,
                               "output_ids": out.ids if out.has_ids else None, "finish_reason": out.finish_reason,
@@ -134,7 +138,8 @@ async def run_gate_async(base_url, prompts, output_len, concurrency=1, request_t
             conn.close()
 
     out = {"status": "ok", "error": ""}
-    workers = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, len(prompts)) or 1)]
+    out["in_flight"] = min(concurrency, len(requests))
+    workers = [asyncio.ensure_future(worker()) for _ in range(out["in_flight"] or 1)]
     try:
         await asyncio.wait_for(asyncio.gather(*workers), timeout)
     except asyncio.TimeoutError:
@@ -143,6 +148,7 @@ async def run_gate_async(base_url, prompts, output_len, concurrency=1, request_t
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+    results = results[:count]
     for i, (pid, prompt) in enumerate(prompts):
         if results[i] is None:
             results[i] = {"index": i, "prompt_id": pid, "prompt": prompt_excerpt(prompt), "text": "",

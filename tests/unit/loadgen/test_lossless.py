@@ -82,11 +82,13 @@ def test_gate_phase_primary_then_self_check_per_workload():
     with FixtureServer() as server:
         spec["base_url"] = server.url
         rows = lossless.run_gate_phase(spec, [RANDOM, TEXT], {"config": "ar", "host": "h"})
+    assert [len(server.requests)] == [2 * (2 + 4)]     # the self-check's 2 prompts cycled to fill its batch of 4
     assert [(r["workload"], r["gate"], r["max_concurrency"]) for r in rows] == [
         ("random-ids/ctx60", "primary", 1), ("random-ids/ctx60", "self_check", 4),
         ("prompts/chat", "primary", 1), ("prompts/chat", "self_check", 4)]
     assert all(r["kind"] == "gate" and r["config"] == "ar" and r["status"] == "ok" and len(r["outputs"]) == 2
                for r in rows)
+    assert [r["in_flight"] for r in rows] == [1, 4, 1, 4]
 
 
 def test_matrix_writes_gate_rows_after_the_cells(tmp_path):
