@@ -96,11 +96,11 @@ def tolerance(run, host=None):
     """(min match rate, where it comes from): the reporting option, the sweep's recorded setting, or exact."""
     override = run.lossless_min_match
     if override is not None:
-        return float(override), "given to the report (--lossless-min-match)"
+        return float(override), "given to the report: --lossless-min-match"
     recorded = [r.get("lossless_min_match") for r in run.configs
                 if r.get("lossless_min_match") is not None and (host is None or r.get("host") == host)]
     if recorded:
-        return float(recorded[-1]), "recorded by the sweep (sglang_bench_lossless_min_match)"
+        return float(recorded[-1]), "recorded by the sweep: sglang_bench_lossless_min_match"
     return UNRECORDED_TOLERANCE, "none recorded: exact match required"
 
 
@@ -152,12 +152,15 @@ def verdicts(run, host=None):
         entry["workloads"] = {w: compare_rows(base[w], mine[w]) for w in base if w in mine}
         entry["match_rate"] = _overall(entry["workloads"].values())
         below = [s for s in entry["workloads"].values() if s["match_rate"] is not None and s["match_rate"] < limit]
+        judged = [s for s in entry["workloads"].values() if s["match_rate"] is not None]
         if missing:
             entry["lossless"] = False
             entry["why"] = "lossless gate not measured on %s" % ", ".join(missing)
         elif below:
             entry["lossless"] = False
             entry["why"] = "; ".join(_below_text(s, limit) for s in below)
+        elif not judged:
+            entry["why"] = "not judged: the baseline's gate produced no output to compare with"
         else:
             entry["lossless"] = True
     return out

@@ -95,7 +95,7 @@ def test_lossy_config_is_disqualified_with_prompt_and_position_fast_or_not():
 
 def test_tolerance_given_recorded_or_exact():
     gates = base_gates() + [gate("dd8", WRONG)]
-    assert lossless.tolerance(run_with(gates)) == (0.75, "recorded by the sweep (sglang_bench_lossless_min_match)")
+    assert lossless.tolerance(run_with(gates)) == (0.75, "recorded by the sweep: sglang_bench_lossless_min_match")
     loose = run_with(gates, tolerance=0.5)
     assert lossless.tolerance(loose)[0] == 0.5 and lossless.verdicts(loose, "h1")["configs"]["dd8"]["lossless"]
     assert lossless.tolerance(run_with(gates, recorded=None)) == (1.0, "none recorded: exact match required")
@@ -135,3 +135,9 @@ def test_a_different_prompt_at_an_index_is_no_match(prompt_id):
     other["outputs"][0]["prompt_id"] = prompt_id
     summary = lossless.compare_rows(gate("ar", TEXTS), other)
     assert summary["matched"] == 3 and "a different prompt (p9)" in summary["diverged"][0]["error"]
+
+
+def test_a_baseline_gate_without_outputs_judges_nothing_rather_than_passing_everyone():
+    run = run_with([gate("ar", TEXTS, errors=(0, 1, 2, 3)), gate("dd8", WRONG)])
+    entry = lossless.verdicts(run, "h1")["configs"]["dd8"]
+    assert entry["lossless"] is None and "no output to compare with" in entry["why"]

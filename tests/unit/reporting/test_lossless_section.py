@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_section_names_the_diverging_prompt_position_and_texts():
     text = "\n".join(lossless_section(run_with(base_gates() + [gate("dd8", WRONG), gate("dd16", TEXTS)]), "h1"))
-    assert "## Lossless gate" in text and "at least **0.75** per workload (recorded by the sweep" in text
+    assert "## Lossless gate" in text and "at least **0.75** per workload (recorded by the sweep: sglang_bench_lossless_min_match)" in text
     assert "Baseline against itself (C=1 vs C=16, batch-dependent numerics): match rate **1.00**" in text
     assert "| dd8 | prompts/code | 2/4 | 0.50 | **NOT LOSSLESS** | prompt #0 (p0): first difference at token 3, " \
            "char 19 |" in text
