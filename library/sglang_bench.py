@@ -17,6 +17,10 @@ description:
     (sum of completion tokens over sum of verify steps), never from the server's running average unless no request
     carried figures (then labelled C(server_running_average)). Sampled outputs go through the smoke test's
     degenerate-output detector.
+  - The lossless gate follows the matrix. Per workload, O(lossless_prompts) fixed prompts generated greedily
+    (temperature 0, O(output_len) max tokens) at O(lossless_concurrency), and at O(lossless_self_concurrency) too when
+    it is not 0 (the baseline's agreement with itself across batch sizes); every output's text and token ids are kept
+    in a row of kind C(gate). The controller's report compares them with the autoregressive baseline's.
   - With O(soak_concurrency), a shrinking-batch soak follows the matrix with O(service_unit) watched.
   - Each cell's GPU power is sampled on the target every O(power_interval) seconds (mean/max W, limit, GPU count,
     output tokens per joule) and its goodput computed under O(goodput_ttft_ms) and O(goodput_tpot_ms).
@@ -64,6 +68,18 @@ options:
     description: Outputs per text cell checked by the degenerate-output detector.
     type: int
     default: 4
+  lossless_prompts:
+    description: Prompts per workload of the lossless gate (0 = no gate).
+    type: int
+    default: 8
+  lossless_concurrency:
+    description: Concurrency of the lossless gate's requests.
+    type: int
+    default: 1
+  lossless_self_concurrency:
+    description: A second concurrency the gate's prompts are generated at (the baseline's self-check; 0 = none).
+    type: int
+    default: 0
   soak_concurrency:
     description: Requests of the shrinking-batch soak (0 = no soak).
     type: int
@@ -248,6 +264,10 @@ spread_flagged_cells:
   description: "C(cell: figure spread) per cell whose repeats spread more than O(max_spread)."
   type: list
   returned: success
+gate:
+  description: "The lossless gate: rows written and C(workload C=N: reason) per gate run that failed."
+  type: dict
+  returned: always
 soak:
   description: The soak's status (ok or failed), error, concurrency, rounds, requests, failed; null without a soak.
   type: dict
@@ -284,6 +304,9 @@ def main():
             dataset_limit=dict(type="int", default=200),
             prompt_format=dict(type="str", default="auto", choices=["auto", "chat-template", "plain"]),
             sample_outputs=dict(type="int", default=4),
+            lossless_prompts=dict(type="int", default=8),
+            lossless_concurrency=dict(type="int", default=1),
+            lossless_self_concurrency=dict(type="int", default=0),
             soak_concurrency=dict(type="int", default=0),
             soak_rounds=dict(type="int", default=2),
             soak_output_len=dict(type="int", default=0),
@@ -321,7 +344,7 @@ def main():
     spec = {k: v for k, v in params.items()
             if k not in ("labels", "provenance", "output_path", "venv_fact_path", "cuda_home", "model_paths")}
     result = dict(changed=False, rows=0, ok_cells=0, failed_cells=0, failures=[], client=params["client"],
-                  best_output_throughput=0.0, degenerate_cells=[], soak=None)
+                  best_output_throughput=0.0, degenerate_cells=[], soak=None, gate={"rows": 0, "failed": []})
     errors = validate_spec(spec) + check_workloads(spec)
     if errors:
         module.fail_json(msg="invalid bench matrix: " + "; ".join(errors), **result)

@@ -1,5 +1,5 @@
 """Read a run directory: every *.jsonl below it, rows sorted into benchmark (matrix) cells, shrinking-batch soak
-cells and sweep configs."""
+cells, sweep configs and the lossless gate's outputs."""
 from __future__ import annotations
 
 import json
@@ -14,6 +14,8 @@ class Run:
     configs: list = field(default_factory=list)    # kind == "config": one sweep config outcome each
     problems: list = field(default_factory=list)   # unreadable lines, named with file:line
     soak: list = field(default_factory=list)       # kind == "cell", phase == "soak": shrinking-batch soak cells
+    gate: list = field(default_factory=list)       # kind == "gate": the lossless gate's greedy outputs
+    lossless_min_match: float | None = None        # the lossless gate's tolerance given to the report (else recorded)
 
     def config_names(self):
         """Config names in first-seen order (sweep order), from outcomes first, then cells."""
@@ -42,7 +44,8 @@ class Run:
         """The same run restricted to one host's rows (a sweep on several hosts is reported host by host)."""
         return Run(name=self.name, cells=[c for c in self.cells if c.get("host") == host],
                    configs=[c for c in self.configs if c.get("host") == host], problems=list(self.problems),
-                   soak=[c for c in self.soak if c.get("host") == host])
+                   soak=[c for c in self.soak if c.get("host") == host],
+                   gate=[g for g in self.gate if g.get("host") == host], lossless_min_match=self.lossless_min_match)
 
     def soak_of(self, config, host=None):
         return [c for c in self.soak if (c.get("config") or "default") == config
@@ -79,6 +82,8 @@ def load_run(run_dir) -> Run:
                 run.cells.append(row)
             elif kind == "config":
                 run.configs.append(row)
+            elif kind == "gate":
+                run.gate.append(row)
             else:
                 run.problems.append(f"{path.relative_to(run_dir)}:{number}: unknown kind {kind!r}")
     return run

@@ -8,7 +8,8 @@ ITL bound, only cells whose p99 ITL meets it: ITL is per token, not per request)
 mean over the baseline's workloads of that figure relative to the baseline's; a config with no good request in some
 workload is out. Hosts of one group are aggregated by the geometric mean over hosts; a config must be valid on all of them.
 
-Disqualified: sweep status failed, soak failed, or any cell (matrix or soak) with degenerate.flagged > 0.
+Disqualified: sweep status failed, soak failed, any cell (matrix or soak) with degenerate.flagged > 0, or not lossless
+(greedy outputs unlike the baseline's beyond the tolerance: reporting/lossless.py).
 A speculative config wins only if it beats the baseline (score > 1); otherwise the baseline wins ("keep
 autoregressive / keep current"). Without a baseline there is no speedup and no winner. A winner whose margin lies
 inside the spread of its cells' repeats is a tie (ties.py): the baseline is kept when tied, else no winner.
@@ -19,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from reporting.goodput import good_rps
+from reporting.lossless import disqualification as lossless_disqualification, verdicts as lossless_verdicts
 from reporting.speedup import (ranked_workloads, baseline_of, cell_map, config_names, coverage, geomean, geomean_speedup, is_ok,
                                workload_of)
 from reporting.ties import resolve as resolve_ties
@@ -123,6 +125,7 @@ def disqualifications(run, host=None):
     model's (real SGLang's 135M model loops on one chat prompt under every config), not the config's."""
     out = {}
     baseline = baseline_of(run, host)
+    gate = lossless_verdicts(run, host)
     model_level = set()
     for c in run.cells_of(baseline, host) if baseline else []:
         if ((c.get("degenerate") or {}).get("flagged") or 0) > 0:
@@ -160,6 +163,9 @@ def disqualifications(run, host=None):
             items.append({"kind": "degenerate", "why": f"degenerate output: {flagged} of {checked} sampled outputs "
                                                        f"flagged in {', '.join(where)}{first}",
                           "journal": "", "evidence": evidence})
+        lossy = lossless_disqualification(run, name, host, gate)
+        if lossy:
+            items.append(lossy)
         if items:
             out[name] = items
     return out

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from reporting.frontier import DEFAULT_TARGETS
 from reporting.load import Run
+from reporting.lossless import not_lossless
+from reporting.lossless_section import lossless_section
 from reporting.objective import Objective, decide
 from reporting.overview import MARK_NOTE, frontier_section, goodput_power_section, verdict_lines, wl
 from reporting.plots import make_plots
@@ -119,7 +121,8 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
         if not reason and soak.get("status") == "failed":
             reason = f"soak failed: {soak.get('reason') or '?'}"
         if not reason and status == "disqualified":
-            reason = "degenerate output flagged (see Disqualified)"
+            reason = ("not lossless (see Lossless gate)" if not_lossless(run, name)
+                      else "degenerate output flagged (see Disqualified)")
         if not reason and status != "ok":
             bad = [c for c in run.cells_of(name) if c.get("status") != "ok"]
             reason = "; ".join(f"{c.get('cell')}: {c.get('error')}" for c in bad[:3])
@@ -160,6 +163,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
     lines += winner_section(run, host, decision)
     lines += disqualified_section(decision)
     lines += spread_section(run, host)
+    lines += lossless_section(run, host)
     lines += soak_section(run, host)
     lines += acceptance_section(run, host)
 

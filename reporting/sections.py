@@ -149,7 +149,8 @@ def winner_section(run, host, decision):
 def disqualified_section(decision):
     lines = ["## Disqualified", ""]
     if not decision.disqualified:
-        return lines + ["None: no config failed its sweep or soak, and no sampled output was flagged degenerate.", ""]
+        return lines + ["None: no config failed its sweep or soak, no sampled output was flagged degenerate and no "
+                        "judged config failed the lossless gate.", ""]
     for name, items in decision.disqualified.items():
         lines.append(f"### `{name}`")
         lines.append("")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reporting.acceptance import combined_acceptance
 from reporting.load import Run
+from reporting.lossless import not_lossless
 
 
 def ok_cells(cells):
@@ -18,26 +19,30 @@ def peak(cells):
 
 def config_status(run: Run, config):
     """'ok' | 'failed' | 'partial' | 'disqualified' for a config: its sweep outcome when there is one (a failed soak
-    counts as failed), else its cells; 'disqualified' when a sampled output of an ok config was flagged degenerate."""
+    counts as failed), else its cells; 'disqualified' when a sampled output of an ok config was flagged degenerate or
+    the lossless gate found its greedy outputs unlike the baseline's."""
     outcome = run.outcome_of(config)
     if outcome is not None:
         soak = outcome.get("soak") if isinstance(outcome.get("soak"), dict) else {}
         status = outcome.get("status", "failed")
         if status == "ok" and soak.get("status") == "failed":
             return "failed"
-        if status == "ok" and _degenerate(run, config):
+        if status == "ok" and _disqualified(run, config):
             return "disqualified"
         return status
     cells = run.cells_of(config)
     if not cells:
         return "failed"
     good = ok_cells(cells)
-    if good and _degenerate(run, config):
+    if good and _disqualified(run, config):
         return "disqualified"
     return "ok" if len(good) == len(cells) else ("partial" if good else "failed")
 
 
-def _degenerate(run: Run, config):
+def _disqualified(run: Run, config):
+    """Flagged degenerate output, or not lossless (reporting/lossless.py): either disqualifies an ok config."""
+    if not_lossless(run, config):
+        return True
     return any(isinstance(c.get("degenerate"), dict) and (c["degenerate"].get("flagged") or 0) > 0
                for c in run.cells_of(config) + run.soak_of(config))
 

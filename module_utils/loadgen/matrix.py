@@ -8,14 +8,17 @@ chosen (server.py, bench_serving.py), then each cell measured with the built-in 
 use the built-in client): at least k x C requests and at least min_cell_seconds, cell_repeats times, each repeat
 bounded by cell_timeout_s, with the GPUs' power sampled while it runs (power.py) and its goodput under the bench's
 bounds (goodput.py); the repeats combined (repeats.py: medians, spread, spread_flag), the row made and appended
-as soon as the cell is measured (rows.py), so an interrupted run keeps what it measured. run_soak_phase(): the
-shrinking-batch soak, with the service unit watched (its MainPID and restart count must not change). Returns the run's summary.
+as soon as the cell is measured (rows.py), so an interrupted run keeps what it measured. Then the lossless gate's
+greedy outputs per workload (lossless.py: kind "gate" rows, compared with the baseline's on the controller).
+run_soak_phase(): the shrinking-batch soak, with the service unit watched (its MainPID and restart count must not
+change). Returns the run's summary.
 """
 from __future__ import annotations
 
 import time
 
-from ansible.module_utils.loadgen import bench_serving, client, goodput, power, repeats, rows, server, workloads
+from ansible.module_utils.loadgen import (bench_serving, client, goodput, lossless, power, repeats, rows, server,
+                                          workloads)
 from ansible.module_utils.loadgen.prompts import PromptError
 
 
@@ -139,7 +142,8 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
     summary = {"rows": 0, "ok_cells": 0, "failed_cells": 0, "client": chosen, "best_output_throughput": 0.0,
                "failures": [], "output_path": output_path, "degenerate_cells": [], "soak": None,
                "spread_flagged_cells": [],
-               "workloads": {w["id"]: w.get("prompt_format") or "token ids" for w in prepared}}
+               "workloads": {w["id"]: w.get("prompt_format") or "token ids" for w in prepared},
+               "gate": {"rows": 0, "failed": []}}
     started = time.monotonic()
     for workload in prepared:
         for conc in spec["concurrencies"]:
@@ -150,6 +154,12 @@ def run_matrix(spec, labels=None, provenance=None, output_path=None, log=None):
             rows.write_row(output_path, row)
             if log:
                 log("%s %s %.1f tok/s" % (row["cell"], row["status"], row.get("output_throughput") or 0.0))
+    for gate in lossless.run_gate_phase(spec, prepared, labels):
+        gate.update(schema=rows.SCHEMA, finished_at=rows.now())
+        rows.write_row(output_path, gate)
+        summary["gate"]["rows"] += 1
+        if gate["status"] != "ok":
+            summary["gate"]["failed"].append("%s C=%d: %s" % (gate["workload"], gate["max_concurrency"], gate["error"]))
     if spec.get("soak_concurrency"):
         text = [w for w in prepared if w.get("items")]
         soak = run_soak_phase(spec, (text or prepared)[0], model, labels, provenance)

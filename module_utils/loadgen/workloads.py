@@ -50,7 +50,7 @@ def validate_spec(spec):
     if spec.get("prompt_format", "auto") not in bench_prompts.FORMATS:
         errors.append("prompt_format must be one of %s, got %r" % (", ".join(bench_prompts.FORMATS),
                                                                    spec.get("prompt_format")))
-    for key in ("sample_outputs", "soak_concurrency"):
+    for key in ("sample_outputs", "soak_concurrency", "lossless_prompts", "lossless_self_concurrency"):
         value = spec.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             errors.append("%s must be an integer >= 0, got %r" % (key, value))
@@ -62,6 +62,9 @@ def validate_spec(spec):
         value = spec.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             errors.append("%s must be an integer >= 1, got %r" % (key, value))
+    gate_conc = spec.get("lossless_concurrency", 1)
+    if isinstance(gate_conc, bool) or not isinstance(gate_conc, int) or gate_conc < 1:
+        errors.append("lossless_concurrency must be an integer >= 1, got %r" % (gate_conc,))
     warm = spec.get("warmup_requests", 1)
     if isinstance(warm, bool) or not isinstance(warm, int) or warm < 0:
         errors.append("warmup_requests must be an integer >= 0, got %r" % (warm,))
@@ -139,5 +142,5 @@ def prepare_workload(spec, workload):
     tokenizer = spec.get("tokenizer") or server_tokenizer(spec["base_url"], spec.get("api_key"))
     texts, how = bench_prompts.render(convs, spec.get("prompt_format", "auto"), spec.get("venv_python"), tokenizer)
     workload = dict(workload, prompt_format=how, conversations=len(convs))
-    workload["items"] = [{"text": t, "messages": c["messages"]} for t, c in zip(texts, convs)]
+    workload["items"] = [{"text": t, "messages": c["messages"], "id": c.get("id")} for t, c in zip(texts, convs)]
     return workload

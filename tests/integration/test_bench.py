@@ -25,6 +25,9 @@ GARBAGE = {"name": "ddtree-b6-garbage", "speculative": {"algorithm": "DDTREE", "
            "env": {"SGLANG_STANDIN_FAULT": "garbage"}}
 OK4 = {"name": "ddtree-b4", "speculative": {"algorithm": "DDTREE", "budget": 4, "topk_cap": 4}}
 OK8 = {"name": "ddtree-b8", "speculative": {"algorithm": "DDTREE", "budget": 8, "topk_cap": 4}}
+# Lossy but fluent: known answers right (the smoke passes), pseudo-text wrong from token 3 (the lossless gate's catch).
+WRONG = {"name": "ddtree-b4-wrong-text", "speculative": {"algorithm": "DDTREE", "budget": 4, "topk_cap": 4},
+         "env": {"SGLANG_STANDIN_FAULT": "wrong_text"}}
 # Dies replaying the CUDA graph of batch 1 once a batch of 6 shrank (the soak's C is 6, the matrix's at most 4).
 SOAKCRASH = {"name": "ddtree-b6-soak-crash", "speculative": {"algorithm": "DDTREE", "budget": 6, "topk_cap": 4},
              "env": {"SGLANG_STANDIN_FAULT": "crash_shrinking_batch", "SGLANG_STANDIN_CRASH_BATCH": "6"}}
@@ -60,7 +63,7 @@ def test_bench_matrix_rows_provenance_report(served, lab, playbook):
     run = run_id("bench")
     r = playbook("playbooks/bench.yml", limit=HOST, extravars={**TINY, "sglang_bench_run_id": run})
     assert r.rc == 0, r.stdout[-4000:]
-    rows = read_jsonl(RESULTS / run / HOST / "default.jsonl")
+    rows = [row for row in read_jsonl(RESULTS / run / HOST / "default.jsonl") if row["kind"] == "cell"]
     assert [row["cell"] for row in rows] == ["ctx60_c1", "ctx60_c4", "ctx1024_c1", "ctx1024_c4"]
     fact = json.loads(lab.ssh(HOST, "cat /etc/ansible/facts.d/sglang_venv.fact").stdout)
     for row in rows:
@@ -124,15 +127,15 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     run = run_id("sweep")
     r = playbook("playbooks/sweep.yml", limit=HOST, timeout=1200,
                  extravars={**TINY, "sglang_bench_run_id": run, "sglang_bench_sweep_soak_concurrency": 6,
-                            "sglang_bench_sweep_configs": [OK4, CRASH, GARBAGE, SOAKCRASH]})
+                            "sglang_bench_sweep_configs": [OK4, WRONG, CRASH, GARBAGE, SOAKCRASH]})
     assert r.rc == 0, r.stdout[-6000:]
     outcomes = read_jsonl(RESULTS / run / HOST / "sweep.jsonl")
     by_name = {o["config"]: o for o in outcomes if not o.get("phase")}
     # the autoregressive baseline is measured first, on the same matrix
     # every config runs, the ones after a failure too (the soak crash comes after two failed configs)
-    assert list(by_name) == ["autoregressive", "ddtree-b4", "ddtree-b16-graphs-sm103", "ddtree-b6-garbage",
-                             "ddtree-b6-soak-crash"]
-    assert [by_name[n]["status"] for n in by_name] == ["ok", "ok", "failed", "failed", "failed"]
+    assert list(by_name) == ["autoregressive", "ddtree-b4", "ddtree-b4-wrong-text", "ddtree-b16-graphs-sm103",
+                             "ddtree-b6-garbage", "ddtree-b6-soak-crash"]
+    assert [by_name[n]["status"] for n in by_name] == ["ok", "ok", "ok", "failed", "failed", "failed"]
     assert by_name["autoregressive"]["baseline"] is True and by_name["ddtree-b4"]["baseline"] is False
 
     soak = by_name["ddtree-b6-soak-crash"]
@@ -155,6 +158,26 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     assert len(rows) == 4 and all(row["status"] == "ok" and row["config"] == name for row in rows)
     assert f"--speculative-ddtree-budget {by_name[name]['spec']['budget']}" in " ".join(rows[0]["provenance"]["flags"])
 
+    # The lossless gate: the wrong-text config passed the landed checks (smoke, degenerate detector) but its greedy
+    # outputs differ from the baseline's from token 3 on: disqualified, naming the prompt and the position; the ok
+    # config matches the baseline on every gate prompt, and the baseline matches itself at C=1 and C=16.
+    from ansible.module_utils.sglang.degenerate import degenerate
+    wrong = by_name["ddtree-b4-wrong-text"]
+    assert wrong["degenerate_cells"] == [] and wrong["lossless_min_match"] == 0.5
+    wrong_gates = [row for row in read_jsonl(RESULTS / run / HOST / "ddtree-b4-wrong-text.jsonl")
+                   if row["kind"] == "gate"]
+    assert len(wrong_gates) == 2 and all(len(g["outputs"]) == g["prompts_requested"] > 0 for g in wrong_gates)
+    assert all(degenerate(o["text"]) is None for g in wrong_gates for o in g["outputs"])
+    gate = json.loads((RESULTS / run / "lossless.json").read_text())["hosts"][HOST]
+    assert gate["baseline"] == "autoregressive" and gate["self_check"]["match_rate"] == 1.0
+    assert gate["self_check"]["concurrencies"] == [1, 16]
+    assert gate["configs"]["ddtree-b4"]["lossless"] is True and gate["configs"]["ddtree-b4"]["match_rate"] == 1.0
+    verdict = gate["configs"]["ddtree-b4-wrong-text"]
+    assert verdict["lossless"] is False and verdict["match_rate"] == 0.0
+    first = verdict["workloads"]["random-ids/ctx60"]["diverged"][0]
+    assert first["prompt_id"] == "ids-0" and first["token"] == 3 and first["char"] > 0
+    assert first["baseline"] != first["config"]
+
     restore = next(o for o in outcomes if o.get("phase") == "restore")
     total = next(o for o in outcomes if o.get("phase") == "sweep_total")
     assert restore["status"] == "ok"
@@ -166,12 +189,18 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     cmdline = lab.ssh(HOST, f"tr '\\0' ' ' < /proc/{state['MainPID']}/cmdline").stdout
     assert "--speculative-ddtree-budget 8" in cmdline
     environ = lab.ssh(HOST, f"tr '\\0' '\\n' < /proc/{state['MainPID']}/environ").stdout
-    assert "SGLANG_STANDIN_FAULT=garbage" not in environ and "SGLANG_STANDIN_GPU_CC=10.3" not in environ
+    assert "SGLANG_STANDIN_FAULT" not in environ and "SGLANG_STANDIN_GPU_CC=10.3" not in environ
     health = lab.ssh(HOST, "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30001/health").stdout
     assert health == "200"
 
     report = (RESULTS / run / "report.md").read_text()
-    assert "**2 ok, 3 failed** of 5 config(s)." in report
+    assert "**2 ok, 3 failed, 1 disqualified** of 6 config(s)." in report
+    assert "| ddtree-b4-wrong-text | DISQUALIFIED |" in report and "**NOT LOSSLESS**" in report
+    assert "`ddtree-b4-wrong-text` on random-ids/ctx60, prompt #0 (ids-0): first difference at token 3" in report
+    import yaml
+    proposal = yaml.safe_load((RESULTS / run / "proposal.yml").read_text())["groups"]["nvlink"]
+    assert proposal["winner"] != "ddtree-b4-wrong-text"
+    assert any(d["config"] == "ddtree-b4-wrong-text" and "not lossless" in d["why"] for d in proposal["disqualified"])
     assert "FAILED at step `restart`" in report and "FAILED at step `smoke`" in report
     assert "FAILED at step `soak`" in report
     assert "restored and ready" in report
@@ -359,7 +388,7 @@ def test_operator_dataset_fetched_by_the_models_role_is_benchmarked_offline(serv
         **TINY, "sglang_bench_context_lengths": [], "sglang_bench_dataset_path": path,
         "sglang_bench_concurrencies": [2], "sglang_bench_run_id": run})
     assert r.rc == 0, r.stdout[-4000:]
-    rows = read_jsonl(RESULTS / run / HOST / "default.jsonl")
+    rows = [row for row in read_jsonl(RESULTS / run / HOST / "default.jsonl") if row["kind"] == "cell"]
     assert [row["workload"] for row in rows] == ["dataset/sharegpt_mini"]
     assert rows[0]["status"] == "ok" and rows[0]["dataset_name"] == "sharegpt"
     assert rows[0]["accept_length_source"] == "per_request" and rows[0]["context_length"] > 5

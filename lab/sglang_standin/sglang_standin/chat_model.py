@@ -91,7 +91,7 @@ def tokens_for(args, body: dict, prompt: str, max_tokens: int, fault: str) -> tu
         out += call_markup(function, prompt)
         stopped = True
     else:
-        answer = engine.tokens_for(prompt, max_tokens, garbage=fault == "garbage")
+        answer = engine.tokens_for(prompt, max_tokens, garbage=fault == "garbage", wrong=fault == "wrong_text")
         out += answer
         stopped = len(answer) < max_tokens
     if len(out) > max_tokens:

@@ -31,7 +31,8 @@ class GenerationRoutes:
         if not self._model_check(body):
             return None
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 128)
-        toks = engine.tokens_for(prompt, max_tokens, garbage=self.state.fault == "garbage")
+        toks = engine.tokens_for(prompt, max_tokens, garbage=self.state.fault == "garbage",
+                                 wrong=self.state.fault == "wrong_text")
         ptoks = ptoks if ptoks is not None else engine.count_prompt_tokens(prompt)
         rid = uuid.uuid4().hex
         finish = "length" if len(toks) >= max_tokens else "stop"
@@ -66,7 +67,8 @@ class GenerationRoutes:
         text_in, ptoks = engine.prompt_of(body["input_ids"] if body.get("input_ids") else body.get("text", ""))
         params = body.get("sampling_params") or {}
         max_new = int(params.get("max_new_tokens") or 128)
-        toks = engine.tokens_for(text_in, max_new, garbage=self.state.fault == "garbage")
+        toks = engine.tokens_for(text_in, max_new, garbage=self.state.fault == "garbage",
+                                 wrong=self.state.fault == "wrong_text")
         rid = uuid.uuid4().hex
         started = time.monotonic()
         cached = self.state.cached_prefix(text_in, ptoks)

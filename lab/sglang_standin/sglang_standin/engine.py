@@ -24,6 +24,16 @@ WORDS = (
     "grey morning skies as engines hummed below decks carrying grain timber copper letters and hopeful "
     "travellers toward distant cities built beside rivers bridges markets gardens towers"
 ).split()
+# The wrong_text fault's vocabulary: fluent-looking words of another story (with WORDS, about 130 distinct words, so
+# a long wrong answer is no repetition the degenerate-output check would flag).
+WRONG_WORDS = WORDS + (
+    "a baker in the valley folded dough before dawn and carried warm loaves past orchards vineyards and quiet "
+    "schools while children chased kites over meadows beneath violet clouds farmers mended fences painters "
+    "sketched cathedrals musicians tuned violins librarians sorted maps of forgotten islands and old sailors "
+    "argued about tides comets lanterns winter festivals honey saffron pepper silk and the price of wool"
+).split()
+# wrong_text: the first tokens of a pseudo-text answer are right, the ones from this position on are wrong.
+WRONG_TEXT_AFTER = 3
 ARITH = re.compile(r"(-?\d+)\s*(\+|-|\*|x|×|times|plus|minus)\s*(-?\d+)")
 REPEAT = re.compile(r"repeat(?: exactly| after me| this)?\s*:\s*(.+)", re.IGNORECASE | re.DOTALL)
 
@@ -49,8 +59,10 @@ def answer(prompt: str) -> Optional[str]:
     return None
 
 
-def tokens_for(prompt: str, max_tokens: int, garbage: bool = False) -> list[str]:
-    """The output as a list of 'tokens' (each with its leading space), deterministic per prompt."""
+def tokens_for(prompt: str, max_tokens: int, garbage: bool = False, wrong: bool = False) -> list[str]:
+    """The output as a list of 'tokens' (each with its leading space), deterministic per prompt. garbage: U+FFFD and
+    a loop; wrong (the wrong_text fault): known answers stay right (the smoke passes), pseudo-text turns into other
+    fluent, non-repeating words from token WRONG_TEXT_AFTER on (a lossy config the degenerate check cannot see)."""
     max_tokens = max(1, int(max_tokens))
     if garbage:
         return (["\ufffd"] + [" the"] * (max_tokens - 1))[:max_tokens]
@@ -58,11 +70,26 @@ def tokens_for(prompt: str, max_tokens: int, garbage: bool = False) -> list[str]
     if known is not None:
         parts = known.split(" ")
         return [p if i == 0 else " " + p for i, p in enumerate(parts)][:max_tokens]
+    right = _pseudo_text(prompt, max_tokens, WORDS)
+    if not wrong:
+        return right
+    other = _pseudo_text("wrong text " + prompt, max_tokens, WRONG_WORDS)
+    out = right[:WRONG_TEXT_AFTER]
+    for i in range(WRONG_TEXT_AFTER, max_tokens):
+        word = other[i].lstrip()
+        if i == WRONG_TEXT_AFTER and word == right[i].lstrip():
+            word = WRONG_WORDS[(WRONG_WORDS.index(word) + 1) % len(WRONG_WORDS)]
+        out.append(word if i == 0 else " " + word)
+    return out
+
+
+def _pseudo_text(prompt: str, max_tokens: int, words: list) -> list[str]:
+    """max_tokens words drawn from `words` by a generator seeded with the prompt's hash."""
     seed = int(hashlib.sha256(prompt.encode()).hexdigest(), 16)
     out = []
     for i in range(max_tokens):
         seed = (seed * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-        word = WORDS[(seed >> 33) % len(WORDS)]
+        word = words[(seed >> 33) % len(words)]
         out.append(word if i == 0 else " " + word)
     return out
 

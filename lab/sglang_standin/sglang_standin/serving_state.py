@@ -13,7 +13,7 @@ from sglang_standin.logs import crash, env_float
 from sglang_standin.server_args import ServerArgs
 
 FAULTS = ("none", "crash_loading", "crash_warmup", "bind_then_die", "hang", "hang_warmup", "slow_shutdown", "garbage",
-          "crash_shrinking_batch", "think_forever")
+          "crash_shrinking_batch", "think_forever", "wrong_text")
 # SGLang's warmup request (http_server._execute_server_warmup): /generate of this prompt, 8 new tokens.
 WARMUP_PROMPT = "The capital city of France is"
 WARMUP_TOKENS = 8

@@ -1,0 +1,211 @@
+"""The lossless gate's verdicts: each config's greedy outputs (kind "gate" rows, module_utils/loadgen/lossless.py)
+compared with the autoregressive baseline's, prompt by prompt.
+
+Under greedy decoding a speculative config must return the baseline's tokens. Per config and workload: the share of
+the gate's prompts whose outputs equal the baseline's (the token ids when both carry them, and the text), and for the
+others the first differing position (token and character) with both texts cut around it as evidence. A config whose
+match rate on any workload is below the tolerance is "not lossless": disqualified whatever its speed
+(objective.disqualifications), so the proposal never picks it.
+
+The tolerance (`lossless_min_match`): `python -m reporting --lossless-min-match X` (Run.lossless_min_match), else the
+one the sweep recorded in its config rows (sglang_bench_lossless_min_match), else 1.0 (a plain bench run records
+none: exact match). The baseline's own agreement with itself across batch sizes (its "self_check" gate rows, the
+same prompts at a second concurrency) is what the tolerance should be set from: a correct config cannot be expected
+to agree with the baseline more often than the baseline agrees with itself.
+"""
+from __future__ import annotations
+
+from reporting.speedup import baseline_of, config_names
+
+UNRECORDED_TOLERANCE = 1.0
+EXCERPT_CHARS = 60        # characters kept each side of the first difference
+
+
+def first_difference(a, b):
+    """Index of the first differing element of two sequences (str or list); len(shorter) when one is a prefix of
+    the other; None when equal."""
+    if a == b:
+        return None
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def excerpt(text, pos, width=EXCERPT_CHARS):
+    """The text cut to `width` characters each side of pos, marked where cut."""
+    text = text or ""
+    start, end = max(0, pos - width), min(len(text), pos + width)
+    return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+
+
+def compare(base, other):
+    """One prompt's outputs compared: {index, prompt_id, prompt, equal, token, char, baseline, config, error}
+    (token/char: the first differing position, None when equal or unknown; baseline/config: the texts cut around
+    the first differing character)."""
+    out = {"index": base.get("index"), "prompt_id": base.get("prompt_id"), "prompt": base.get("prompt"),
+           "equal": False, "token": None, "char": None, "baseline": "", "config": "", "error": ""}
+    if other is None or other.get("error"):
+        out["error"] = "no output: %s" % ((other or {}).get("error") or "the prompt was not run")
+        return out
+    a, b = base.get("text") or "", other.get("text") or ""
+    ids_a, ids_b = base.get("output_ids"), other.get("output_ids")
+    if isinstance(ids_a, list) and isinstance(ids_b, list):
+        out["token"] = first_difference(ids_a, ids_b)
+    out["char"] = first_difference(a, b)
+    out["equal"] = out["token"] is None and out["char"] is None
+    if not out["equal"]:
+        pos = out["char"] if out["char"] is not None else min(len(a), len(b))
+        out["baseline"], out["config"] = excerpt(a, pos), excerpt(b, pos)
+    return out
+
+
+def compare_rows(base_row, row):
+    """A config's gate row against the baseline's (same workload): {workload, max_concurrency, prompts, matched,
+    match_rate, diverged: [compare() of each unequal prompt], skipped: prompts the baseline has no output for}."""
+    base_outputs = [o for o in base_row.get("outputs") or [] if not o.get("error")]
+    skipped = len(base_row.get("outputs") or []) - len(base_outputs)
+    mine = {o.get("index"): o for o in (row or {}).get("outputs") or []}
+    diverged, matched = [], 0
+    for base in base_outputs:
+        other = mine.get(base.get("index"))
+        if other is not None and other.get("prompt_id") != base.get("prompt_id"):
+            other = dict(other, error="a different prompt (%s) at this index" % other.get("prompt_id"))
+        result = compare(base, other)
+        if result["equal"]:
+            matched += 1
+        else:
+            diverged.append(result)
+    prompts = len(base_outputs)
+    return {"workload": base_row.get("workload"), "max_concurrency": (row or {}).get("max_concurrency"),
+            "prompts": prompts, "matched": matched, "match_rate": matched / prompts if prompts else None,
+            "diverged": diverged, "skipped": skipped}
+
+
+def gate_rows(run, config, host=None, which="primary"):
+    """{workload: gate row} of the config's gate of that kind (primary | self_check) on the host (last wins)."""
+    out = {}
+    for row in run.gate:
+        if (row.get("config") or "default") == config and row.get("gate") == which and \
+                (host is None or row.get("host") == host):
+            out[row.get("workload")] = row
+    return out
+
+
+def tolerance(run, host=None):
+    """(min match rate, where it comes from): the reporting option, the sweep's recorded setting, or exact."""
+    override = run.lossless_min_match
+    if override is not None:
+        return float(override), "given to the report: --lossless-min-match"
+    recorded = [r.get("lossless_min_match") for r in run.configs
+                if r.get("lossless_min_match") is not None and (host is None or r.get("host") == host)]
+    if recorded:
+        return float(recorded[-1]), "recorded by the sweep: sglang_bench_lossless_min_match"
+    return UNRECORDED_TOLERANCE, "none recorded: exact match required"
+
+
+def _overall(summaries):
+    prompts = sum(s["prompts"] for s in summaries)
+    matched = sum(s["matched"] for s in summaries)
+    return matched / prompts if prompts else None
+
+
+def self_check(run, host=None):
+    """The baseline's outputs at its second concurrency against its own primary ones: {workload: compare_rows()}
+    plus the overall rate, or None when no self-check was measured."""
+    baseline = baseline_of(run, host)
+    if not baseline:
+        return None
+    primary, second = gate_rows(run, baseline, host), gate_rows(run, baseline, host, "self_check")
+    per = {w: compare_rows(primary[w], second[w]) for w in primary if w in second}
+    if not per:
+        return None
+    first = next(iter(per))
+    return {"baseline": baseline, "workloads": per, "match_rate": _overall(per.values()),
+            "concurrencies": [primary[first].get("max_concurrency"), second[first].get("max_concurrency")]}
+
+
+def verdicts(run, host=None):
+    """{baseline, tolerance, tolerance_source, self_check, configs: {name: {workloads: {w: compare_rows()},
+    match_rate, lossless (True | False | None = not judged), why}}} for the host's configs other than the baseline.
+    Not judged: no baseline, or the baseline measured no gate (the gate was off). A config with no gate row for a
+    workload the baseline gated is not lossless ("not measured") unless its sweep failed (disqualified already)."""
+    baseline = baseline_of(run, host)
+    limit, source = tolerance(run, host)
+    out = {"baseline": baseline, "tolerance": limit, "tolerance_source": source, "self_check": self_check(run, host),
+           "configs": {}}
+    base = gate_rows(run, baseline, host) if baseline else {}
+    for name in config_names(run, host):
+        if name == baseline:
+            continue
+        entry = {"workloads": {}, "match_rate": None, "lossless": None, "why": ""}
+        out["configs"][name] = entry
+        if not base:
+            entry["why"] = "no baseline gate to compare with" if baseline else "no autoregressive baseline"
+            continue
+        outcome = run.outcome_of(name, host) or {}
+        mine = gate_rows(run, name, host)
+        if not mine and outcome.get("status") == "failed":
+            entry["why"] = "not measured: the config failed its sweep"
+            continue
+        missing = [w for w in base if w not in mine]
+        entry["workloads"] = {w: compare_rows(base[w], mine[w]) for w in base if w in mine}
+        entry["match_rate"] = _overall(entry["workloads"].values())
+        below = [s for s in entry["workloads"].values() if s["match_rate"] is not None and s["match_rate"] < limit]
+        judged = [s for s in entry["workloads"].values() if s["match_rate"] is not None]
+        if missing:
+            entry["lossless"] = False
+            entry["why"] = "lossless gate not measured on %s" % ", ".join(missing)
+        elif below:
+            entry["lossless"] = False
+            entry["why"] = "; ".join(_below_text(s, limit) for s in below)
+        elif not judged:
+            entry["why"] = "not judged: the baseline's gate produced no output to compare with"
+        else:
+            entry["lossless"] = True
+    return out
+
+
+def _position(d):
+    parts = ([f"token {d['token']}"] if d["token"] is not None else []) + \
+        ([f"char {d['char']}"] if d["char"] is not None else [])
+    return ", ".join(parts) or "?"
+
+
+def divergence_text(d):
+    """One diverging prompt in a line: which prompt, where, or why there is no output."""
+    where = d["error"] if d["error"] else f"first difference at {_position(d)}"
+    return f"prompt #{d['index']} ({d['prompt_id']}): {where}"
+
+
+def _below_text(summary, limit):
+    first = f"; first: {divergence_text(summary['diverged'][0])}" if summary["diverged"] else ""
+    return (f"{summary['workload']}: {summary['matched']} of {summary['prompts']} greedy outputs equal the "
+            f"baseline's (match {summary['match_rate']:.2f} < tolerance {limit:.2f}){first}")
+
+
+def disqualification(run, name, host=None, judged=None):
+    """The objective's evidence item for a config the gate finds not lossless, else None."""
+    judged = judged or verdicts(run, host)
+    entry = judged["configs"].get(name)
+    if not entry or entry["lossless"] is not False:
+        return None
+    evidence = []
+    for summary in entry["workloads"].values():
+        for d in summary["diverged"][:2]:
+            evidence.append({"reason": f"not lossless: {divergence_text(d)}; prompt: {d['prompt']}",
+                             "workload": summary["workload"], "max_concurrency": summary["max_concurrency"],
+                             "text": f"baseline: {d['baseline']}\nconfig:   {d['config']}" if not d["error"] else
+                             d["error"]})
+    return {"kind": "not_lossless", "why": f"not lossless: {entry['why']}", "journal": "", "evidence": evidence[:3]}
+
+
+def not_lossless(run, name, host=None):
+    """True when the gate finds the config not lossless on the host (any host when None)."""
+    hosts = [host] if host is not None else (run.hosts() or [None])
+    return any(verdicts(run, h)["configs"].get(name, {}).get("lossless") is False for h in hosts)
+
+
+def document(run):
+    """lossless.json: every host's verdicts (the baseline's self-match rate among them)."""
+    return {"run": run.name, "hosts": {h or "": verdicts(run, h) for h in (run.hosts() or [None])}}
