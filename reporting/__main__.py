@@ -1,5 +1,5 @@
 """`python -m reporting RUN_DIR [--slo-ttft-p99-ms X] [--slo-itl-p99-ms Y] [--slo-tpot-p99-ms Z]
-[--interactivity-targets 20,50,100] [--group-vars-dir DIR] [--no-plots] [--lossless-min-match R]`:
+[--interactivity-targets 20,50,100] [--group-vars-dir DIR] [--no-plots] [--lossless-min-agreement R]`:
 write RUN_DIR/report.md, RUN_DIR/plots/*.png, RUN_DIR/proposal.yml and RUN_DIR/lossless.json (the lossless gate's
 verdicts and the baseline's self-match rate); print the report's path, then the proposal's.
 Exit 0 when written (a sweep without a winner is still a report), 2 for bad input."""
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--group-vars-dir", type=Path, default=None,
                         help=f"group_vars to diff the proposal against (default {DEFAULT_GROUP_VARS_DIR})")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib PNGs")
-    parser.add_argument("--lossless-min-match", type=_share, metavar="R",
+    parser.add_argument("--lossless-min-agreement", type=_share, metavar="R",
                         help="lossless gate tolerance (0..1) instead of the one the sweep recorded")
     args = parser.parse_args(argv)          # bad options: argparse's message on stderr, exit 2
     if not args.run_dir.is_dir():
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         print(f"no such group_vars directory: {args.group_vars_dir}", file=sys.stderr)
         return 2
     run = load_run(args.run_dir)
-    run.lossless_min_match = args.lossless_min_match
+    run.lossless_min_agreement = args.lossless_min_agreement
     if not run.cells and not run.configs and not run.soak:
         print(f"{args.run_dir}: no result rows (*.jsonl with kind cell/config) found", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ class Run:
     problems: list = field(default_factory=list)   # unreadable lines, named with file:line
     soak: list = field(default_factory=list)       # kind == "cell", phase == "soak": shrinking-batch soak cells
     gate: list = field(default_factory=list)       # kind == "gate": the lossless gate's greedy outputs
-    lossless_min_match: float | None = None        # the lossless gate's tolerance given to the report (else recorded)
+    lossless_min_agreement: float | None = None        # the lossless gate's tolerance given to the report (else recorded)
 
     def config_names(self):
         """Config names in first-seen order (sweep order), from outcomes first, then cells."""
@@ -45,7 +45,7 @@ class Run:
         return Run(name=self.name, cells=[c for c in self.cells if c.get("host") == host],
                    configs=[c for c in self.configs if c.get("host") == host], problems=list(self.problems),
                    soak=[c for c in self.soak if c.get("host") == host],
-                   gate=[g for g in self.gate if g.get("host") == host], lossless_min_match=self.lossless_min_match)
+                   gate=[g for g in self.gate if g.get("host") == host], lossless_min_agreement=self.lossless_min_agreement)
 
     def soak_of(self, config, host=None):
         return [c for c in self.soak if (c.get("config") or "default") == config

@@ -163,7 +163,7 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     # config matches the baseline on every gate prompt, and the baseline matches itself at C=1 and C=16.
     from ansible.module_utils.sglang.degenerate import degenerate
     wrong = by_name["ddtree-b4-wrong-text"]
-    assert wrong["degenerate_cells"] == [] and wrong["lossless_min_match"] == 0.5
+    assert wrong["degenerate_cells"] == [] and wrong["lossless_min_agreement"] == 0.5
     wrong_gates = [row for row in read_jsonl(RESULTS / run / HOST / "ddtree-b4-wrong-text.jsonl")
                    if row["kind"] == "gate"]
     assert len(wrong_gates) == 2 and all(len(g["outputs"]) == g["prompts_requested"] > 0 for g in wrong_gates)
@@ -174,6 +174,7 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     assert gate["configs"]["ddtree-b4"]["lossless"] is True and gate["configs"]["ddtree-b4"]["match_rate"] == 1.0
     verdict = gate["configs"]["ddtree-b4-wrong-text"]
     assert verdict["lossless"] is False and verdict["match_rate"] == 0.0
+    assert gate["self_check"]["agreement"] == 1.0 and verdict["agreement"] < 0.1   # 3 of 64 tokens, then wrong
     first = verdict["workloads"]["random-ids/ctx60"]["diverged"][0]
     assert first["prompt_id"] == "ids-0" and first["token"] == 3 and first["char"] > 0
     assert first["baseline"] != first["config"]
