@@ -59,9 +59,31 @@ def _guard(name, func, *args):
         raise AnsibleFilterError(f"{name}: {exc.message} (evidence: {exc.evidence})") from exc
 
 
-def monitoring_targets(serving, workers, routers, addresses, monitoring_host, node_port, settings=None):
-    return _guard("monitoring_targets", targets.scrape_targets, _plain(serving), _plain(workers), _plain(routers),
-                  _plain(addresses), str(monitoring_host), node_port, _plain(settings or {}))
+def _get(hostvars, host, key, default=None):
+    """hostvars[host][key], or default when the host or the variable is absent or undefined."""
+    try:
+        value = hostvars[host][key]
+    except (KeyError, TypeError):
+        return default
+    return default if value is None or type(value).__name__.startswith("AnsibleUndefined") else value
+
+
+def monitoring_targets(serving, workers, router_hosts, hostvars, monitoring_host, node_port, router_defaults=None,
+                       settings=None):
+    """The scrape jobs (targets.scrape_targets) with the addresses and the routers' metrics listeners read from
+    hostvars: advertise address, else ansible_host, else the name; sglang_router_prometheus_host/port of each router
+    host, else the router role's defaults (router_defaults: its defaults/main.yml, their one home)."""
+    serving, defaults = _plain(serving), _plain(router_defaults or {})
+    hosts = {h for hs in serving.values() for h in hs or ()} | set(router_hosts or ())
+    addresses = {h: str(_get(hostvars, h, "sglang_service_advertise_address") or _get(hostvars, h, "ansible_host")
+                        or h) for h in hosts}
+    routers = [{"host": h,
+                "bind": str(_get(hostvars, h, "sglang_router_prometheus_host",
+                                 defaults.get("sglang_router_prometheus_host", "127.0.0.1"))),
+                "port": _get(hostvars, h, "sglang_router_prometheus_port", defaults.get("sglang_router_prometheus_port"))}
+               for h in router_hosts or ()]
+    return _guard("monitoring_targets", targets.scrape_targets, serving, _plain(workers), routers, addresses,
+                  str(monitoring_host), node_port, _plain(settings or {}))
 
 
 def monitoring_inventory_groups(serving, speculative, gpu_daemons):
