@@ -56,6 +56,11 @@ HEALTH_FIELDS = (
     "fabric.status",
 )
 GATE_FIELDS = QUERY_FIELDS[:-1] + HEALTH_FIELDS + QUERY_FIELDS[-1:]
+# What the GPU metrics timer (monitoring/gpu_textfile.py) reads besides: the live readings, kept per GPU as raw text
+# under gpu["readings"] (--help-query-gpu; nounits: power.draw W, memory.used MiB, utilization.gpu %,
+# temperature.gpu degrees C). Recorded on the H200: tests/fixtures/nvidia-smi/h200-metrics-query.txt.
+READING_FIELDS = ("power.draw", "memory.used", "utilization.gpu", "temperature.gpu")
+METRICS_FIELDS = QUERY_FIELDS[:-1] + READING_FIELDS + HEALTH_FIELDS + QUERY_FIELDS[-1:]
 CSV_FORMAT = "--format=csv,noheader,nounits"
 
 # PCIe path kinds from nearest to farthest (nvidia-smi topo legend).
@@ -104,14 +109,15 @@ def parse_query_gpu(text, fields=QUERY_FIELDS):
     """Parse `--query-gpu=<fields> --format=csv,noheader,nounits` output into one dict per GPU.
 
     `fields` is what was queried: QUERY_FIELDS (the default) or any sequence holding all of QUERY_FIELDS, with
-    "name" last, and otherwise HEALTH_FIELDS. Each dict: index (int), uuid, pci_bus_id, memory_total_mib (int
+    "name" last, and otherwise HEALTH_FIELDS and READING_FIELDS. Each dict: index (int), uuid, pci_bus_id, memory_total_mib (int
     or None), driver_version, compute_capability ("9.0" style string or None), name, and health: {field: raw
-    text} for each HEALTH_FIELDS entry queried (the text as nvidia-smi wrote it, "[N/A]" included). Blank
+    text} for each HEALTH_FIELDS entry queried (the text as nvidia-smi wrote it, "[N/A]" included), and readings:
+    {field: raw text} likewise when any READING_FIELDS entry was queried. Blank
     lines are ignored; a line with too few fields raises NvidiaSmiParseError quoting it.
     """
     fields = tuple(fields)
     missing = [f for f in QUERY_FIELDS if f not in fields]
-    extra = [f for f in fields if f not in QUERY_FIELDS and f not in HEALTH_FIELDS]
+    extra = [f for f in fields if f not in QUERY_FIELDS and f not in HEALTH_FIELDS and f not in READING_FIELDS]
     if missing or extra or fields[-1] != "name":
         raise ValueError("cannot parse a query of %r (missing %r, unknown %r)" % (fields, missing, extra))
     gpus = []
@@ -137,7 +143,7 @@ def parse_query_gpu(text, fields=QUERY_FIELDS):
             raise NvidiaSmiParseError("memory.total is not a number in line %r" % line)
         if cap is not None and not re.match(r"^\d+\.\d+$", cap):
             raise NvidiaSmiParseError("compute_cap is not MAJOR.MINOR in line %r" % line)
-        gpus.append({
+        gpu = {
             "index": index,
             "uuid": uuid,
             "pci_bus_id": bus_id,
@@ -146,7 +152,10 @@ def parse_query_gpu(text, fields=QUERY_FIELDS):
             "compute_capability": cap,
             "name": name,
             "health": {f: raw[f] for f in fields[:-1] if f in HEALTH_FIELDS},
-        })
+        }
+        if any(f in READING_FIELDS for f in fields):
+            gpu["readings"] = {f: raw[f] for f in fields[:-1] if f in READING_FIELDS}
+        gpus.append(gpu)
     gpus.sort(key=lambda g: g["index"])
     return gpus
 

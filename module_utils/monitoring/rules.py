@@ -34,13 +34,11 @@ import re
 import jinja2
 
 from ansible.module_utils.evidence.error import EvidenceError
+from ansible.module_utils.monitoring import gpu_textfile
 
-# Series the node exporter's textfile collector gets from the GPU facts timer (the later exporter writes these names;
-# this is their one home). Per GPU, labels gpu (index) and uuid.
-GPU_TEXTFILE_METRICS = {
-    "gpu_ecc_uncorrected_volatile_errors": "nvidia-smi ecc.errors.uncorrected.volatile.total (count since driver load)",
-    "gpu_remapped_rows_failure": "nvidia-smi remapped_rows.failure: 1 Yes, 0 No",
-}
+# The series the GPU metrics timer writes for the node exporter's textfile collector (the ECC and row-remapping rules
+# read two of them): their one home is monitoring/gpu_textfile.py. Per GPU, labels gpu (index) and uuid.
+GPU_TEXTFILE_METRICS = gpu_textfile.GPU_TEXTFILE_METRICS
 
 DEFAULTS = {
     "job_sglang": "sglang",            # scrape job of the workers' /metrics (rank 0 of a multi-node group)

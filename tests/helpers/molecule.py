@@ -25,6 +25,7 @@ HOSTED = {
     "sglang_service": ("tests/integration/test_service.py", "service"),
     "sglang_bench": ("tests/integration/test_service.py", "service"),
     "sglang_router": ("tests/integration/test_rolling.py", "rolling"),
+    "monitoring": ("tests/integration/test_rolling.py", "rolling"),
     "venv": ("tests/integration/test_venv.py", "venv"),
     "models": ("tests/integration/test_models.py", "models"),
 }

@@ -75,6 +75,13 @@ def test_molecule_scenario_of_the_router_role_on_this_lab(lab, tmp_path):
     run_scenario("sglang_router", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
 
 
+def test_molecule_scenario_of_the_monitoring_role_on_this_lab(lab, tmp_path):
+    """The monitoring role's scenario right after the router's, on its converged workers and router (their plays in
+    its prepare are then no-ops): Prometheus and Alertmanager on router1, every target up, rules loaded, GPU series
+    from the textfile timer, the dashboard's queries evaluated (roles/monitoring/molecule/default/verify.yml)."""
+    run_scenario("monitoring", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
+
+
 @pytest.fixture(scope="module")
 def fleet(lab):
     """Workers on the stand-in (venv, then the service), then the router in front of them."""

@@ -10,7 +10,8 @@ import pytest
 
 from ansible.module_utils.evidence.error import EvidenceError
 from ansible.module_utils.gpu.nvidia_smi import (
-    COMPUTE_APPS_ARGS, GATE_FIELDS, HEALTH_FIELDS, QUERY_ARGS, QUERY_FIELDS, NvidiaSmiError, NvidiaSmiParseError,
+    COMPUTE_APPS_ARGS, GATE_FIELDS, HEALTH_FIELDS, METRICS_FIELDS, QUERY_ARGS, QUERY_FIELDS, READING_FIELDS,
+    NvidiaSmiError, NvidiaSmiParseError,
     driver_major, gpu_identity, parse_compute_apps, parse_query_gpu, parse_topology, query_args, query_compute_apps,
     query_gpus, suggest_profile, summarize_links, unknown_field)
 
@@ -151,10 +152,21 @@ def test_every_queried_field_is_one_the_driver_documents():
     """Each field name is listed by `nvidia-smi --help-query-gpu` of the H200's driver (580.159.04)."""
     help_text = read("h200-help-query-gpu.txt")
     assert help_text.startswith('List of valid properties to query for the switch "--query-gpu":')
-    for field in GATE_FIELDS:
+    for field in GATE_FIELDS + METRICS_FIELDS:
         assert '"%s"' % field in help_text, field
     assert set(QUERY_FIELDS) < set(GATE_FIELDS) and set(HEALTH_FIELDS) < set(GATE_FIELDS)
     assert GATE_FIELDS[-1] == "name"                   # the one value that may contain a comma comes last
+    assert set(METRICS_FIELDS) == set(GATE_FIELDS) | set(READING_FIELDS) and METRICS_FIELDS[-1] == "name"
+
+
+def test_metrics_query_on_the_real_h200_recording_keeps_the_readings_as_text():
+    """tests/fixtures/nvidia-smi/h200-metrics-query.txt: METRICS_FIELDS asked of the H200 (driver 580.159.04)."""
+    (gpu,) = parse_query_gpu(read("h200-metrics-query.txt"), METRICS_FIELDS)
+    assert gpu["readings"] == {"power.draw": "80.11", "memory.used": "0", "utilization.gpu": "0",
+                               "temperature.gpu": "41"}
+    assert gpu["health"]["remapped_rows.failure"] == "No" and gpu["health"]["fabric.state"] == "N/A"
+    assert gpu["memory_total_mib"] == 143771 and gpu["name"] == "NVIDIA H200"
+    assert "readings" not in parse_query_gpu(read("h200-gate-query.txt"), GATE_FIELDS)[0]
 
 
 def test_unknown_field_message_as_the_driver_writes_it():

@@ -78,7 +78,7 @@ def test_the_template_names_only_metrics_real_sglang_and_the_router_define():
     steps = (ROOT / "tests" / "fixtures" / "router" / "smg-1.13.0-real-sglang" / "steps.json").read_text()
     router = set(re.findall(r"\b(smg_[a-z_]+)\{", TEMPLATE))
     assert router and all(name + "{" in steps for name in router), router
-    assert set(re.findall(r"\b(gpu_[a-z_]+)\{", TEMPLATE)) == set(rules.GPU_TEXTFILE_METRICS)
+    assert set(re.findall(r"\b(gpu_[a-z_]+)\{", TEMPLATE)) <= set(rules.GPU_TEXTFILE_METRICS)
 
 
 def test_a_non_speculative_group_has_no_acceptance_rules_and_says_so():
