@@ -87,7 +87,9 @@ def server_info_answer(state, args) -> dict:
     project must redact it), the scheduler's figures, and internal_states[0] = the server arguments again plus the
     scheduler's state; avg_spec_accept_length only with speculative decoding."""
     sargs = server_args_dict(args)
-    tokens = 1281809
+    # The KV pool: real SGLang caps what it profiled at --max-total-tokens (server_args.py max_total_tokens), which is
+    # how the lab makes a pool too small to serve (the H200 got 284 tokens from memory another process held).
+    tokens = min(1281809, args.max_total_tokens) if getattr(args, "max_total_tokens", None) else 1281809
     internal = dict(sargs)
     for k, v in _scheduler_resolved(args).items():
         if internal.get(k) is None:
