@@ -99,7 +99,8 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
     lines.append(f"**{counted.count('ok')} ok, {counted.count('failed')} failed"
                  f"{', %d partial' % counted.count('partial') if counted.count('partial') else ''}"
                  f"{', %d disqualified' % counted.count('disqualified') if counted.count('disqualified') else ''}"
-                 f"** of {len(names)} config(s). Best: {('**' + best + '**') if best else 'none'}.")
+                 f"** of {len(names)} config(s). Highest peak throughput: {('**' + best + '**') if best else 'none'} "
+                 "(the verdict below ranks the configs; this is one cell's figure).")
     lines.append("")
 
     host = hosts[0] if hosts else None
@@ -171,7 +172,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
     for name in names:
         cells = sorted(run.cells_of(name), key=lambda c: (c.get("host") or "", c.get("context_length") or 0,
                                                            c.get("max_concurrency") or 0))
-        lines += [f"## Config `{name}`{' ★ best' if name == best else ''}", ""]
+        lines += [f"## Config `{name}`{' ★ highest peak throughput' if name == best else ''}", ""]
         spec = config_spec(run, name)
         if spec:
             lines.append("Spec: " + ", ".join(f"{k}={v}" for k, v in spec.items()))

@@ -90,7 +90,7 @@ class PowerSampler:
             self.reason = "nvidia-smi power query failed: %s" % str(exc)[:300]
             return False
         if gpus is None:
-            self.reason = "no nvidia-smi on the host: power not measured"
+            self.reason = "no nvidia-smi on the host"
             return False
         used = gpus[:self.gpu_count] if self.gpu_count else gpus
         draws = [g["draw_w"] for g in used if g["draw_w"] is not None]

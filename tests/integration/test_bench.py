@@ -85,7 +85,7 @@ def test_bench_matrix_rows_provenance_report(served, lab, playbook):
         assert "lab-only-standin-key" not in json.dumps(row)        # the API key never lands in results
         assert prov["driver"].startswith("none") and prov["cuda"].startswith("none")  # lab: no GPU, said so
     report = (RESULTS / run / "report.md").read_text()
-    assert "**1 ok, 0 failed** of 1 config(s). Best: **default**." in report
+    assert "**1 ok, 0 failed** of 1 config(s). Highest peak throughput: **default**" in report
     assert (RESULTS / run / "plots" / "throughput_vs_concurrency.png").stat().st_size > 1000
     assert unit_state(lab) == served                                 # a bench restarts nothing
 

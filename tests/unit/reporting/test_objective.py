@@ -147,7 +147,7 @@ def test_disqualified_section_in_report(run):
     assert "Nov 30 sglang[9]: RuntimeError: graph capture failed" in section
     assert "### `dd8`" not in section
     # the summary no longer crowns a disqualified config by its peak, and a failed soak counts as failed
-    assert "**3 ok, 2 failed, 1 disqualified** of 6 config(s). Best: **dd8**." in text
+    assert "**3 ok, 2 failed, 1 disqualified** of 6 config(s). Highest peak throughput: **dd8**" in text
     assert "| soakfail | FAILED |" in text and "soak failed: server died at C=8" in text
     assert "| eagle | DISQUALIFIED |" in text
 

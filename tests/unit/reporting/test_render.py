@@ -63,7 +63,7 @@ def test_statuses_and_best(sweep_dir):
 
 def test_report_content(sweep_dir):
     text = render_report(load_run(sweep_dir))
-    assert "**2 ok, 2 failed** of 4 config(s). Best: **budget8**." in text
+    assert "**2 ok, 2 failed** of 4 config(s). Highest peak throughput: **budget8**" in text
     assert "| **budget8** ★ | ok |" in text
     assert "unit failed during init: exit 1" in text
     assert "CUDA graph capture failed" in text            # journal excerpt shown
