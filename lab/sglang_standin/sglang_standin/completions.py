@@ -87,7 +87,7 @@ class GenerationRoutes:
         if body.get("stream"):
             self._start_stream()
             out, ids = "", []
-            for i, group in enumerate(self.state.generate(decode, ptoks)):
+            for i, group in enumerate(self.state.generate(decode, ptoks, cached)):
                 out += "".join(group)
                 ids += [token_id(t) for t in group]
                 m = dict(meta, completion_tokens=len(ids))
@@ -97,7 +97,7 @@ class GenerationRoutes:
                     m["response_sent_to_client_ts"] = time.time()
                 self._chunk({"text": out, "output_ids": list(ids), "meta_info": m})
             return self._end_stream()
-        out = "".join(t for group in self.state.generate(decode, ptoks) for t in group)
+        out = "".join(t for group in self.state.generate(decode, ptoks, cached) for t in group)
         m = finished(dict(meta, completion_tokens=len(toks)))
         m["response_sent_to_client_ts"] = time.time()
         return self._send(200, {"text": out, "output_ids": [token_id(t) for t in toks], "meta_info": m})

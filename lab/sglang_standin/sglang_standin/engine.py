@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from sglang_standin.logs import log
+
 CAPITALS = {
     "france": "Paris", "germany": "Berlin", "japan": "Tokyo", "italy": "Rome", "spain": "Madrid",
     "canada": "Ottawa", "australia": "Canberra", "egypt": "Cairo", "kenya": "Nairobi", "peru": "Lima",
@@ -201,6 +203,38 @@ def accept_probabilities() -> dict:
     return out
 
 
+def runtime_accept_p() -> dict:
+    """The run-time acceptance knob: JSON {class: p} (or {"*": p} for every class) read, on every request, from the
+    file SGLANG_STANDIN_ACCEPT_FILE names; it wins over SGLANG_STANDIN_ACCEPT_P and SGLANG_STANDIN_ACCEPT_LENGTH for
+    the classes it names. No variable, no file or an empty file: {} (the start-up model). A file that is not such
+    JSON is logged and ignored (write it atomically: write a temporary file, then rename it)."""
+    path = os.environ.get("SGLANG_STANDIN_ACCEPT_FILE", "")
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = fh.read().strip()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        log(f"stand-in acceptance file {path}: {exc}; ignored")
+        return {}
+    if not raw:
+        return {}
+    try:
+        given = json.loads(raw)
+    except ValueError:
+        given = None
+    if not isinstance(given, dict) or not set(given) <= set(CLASSES) | {"*"} or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in given.values()):
+        log(f"stand-in acceptance file {path}: not JSON mapping classes of {CLASSES} (or *) to p in [0, 1]: "
+            f"{raw[:200]!r}; ignored")
+        return {}
+    out = {k: float(given["*"]) for k in CLASSES} if "*" in given else {}
+    out.update({k: float(v) for k, v in given.items() if k != "*"})
+    return out
+
+
 def forced_accept_length() -> Optional[float]:
     """SGLANG_STANDIN_ACCEPT_LENGTH (legacy): one accept length for every class, or None."""
     raw = os.environ.get("SGLANG_STANDIN_ACCEPT_LENGTH", "")
@@ -232,6 +266,8 @@ def expected_accept_length(text_class: str, algorithm: Optional[str], num_draft_
     algo = (algorithm or "NONE").upper()
     if algo == "NONE":
         return 1.0
+    if p is None:
+        p = runtime_accept_p().get(text_class)
     if p is None:
         forced = forced_accept_length()
         if forced is not None:

@@ -13,11 +13,14 @@ from sglang_standin import __version__, engine
 from sglang_standin.api_version import HAS_READY, OPEN_PREFIXES
 from sglang_standin.chat import ChatRoutes
 from sglang_standin.completions import GenerationRoutes
-from sglang_standin.introspection import (loads_answer, metrics_text, model_info_answer, models_answer,
-                                          server_info_answer)
+from sglang_standin.introspection import loads_answer, model_info_answer, models_answer, server_info_answer
 from sglang_standin.logs import log
 from sglang_standin.server_args import ServerArgs
 from sglang_standin.serving_state import State
+
+ROUTES = frozenset({"/health", "/health_generate", "/ping", "/v1/models", "/model_info", "/get_model_info",
+                    "/server_info", "/get_server_info", "/v1/loads", "/metrics", "/v1/chat/completions",
+                    "/v1/completions", "/generate"} | ({"/ready"} if HAS_READY else set()))
 
 
 class Handler(GenerationRoutes, ChatRoutes, BaseHTTPRequestHandler):
@@ -34,6 +37,26 @@ class Handler(GenerationRoutes, ChatRoutes, BaseHTTPRequestHandler):
             log("http " + fmt % a)
 
     # ---- plumbing
+    def send_response(self, code, message=None):
+        """Counts the answer in sglang:http_responses_total as its status line goes out (before the body: a client
+        that saw the answer finds it counted)."""
+        if getattr(self, "_route_key", None):
+            self.state.metrics.http_respond(*self._route_key, code)
+        super().send_response(code, message)
+
+    def _counted(self, method: str, route) -> None:
+        """One request through `route`, counted in the sglang:http_* series when its path is a route (real SGLang's
+        instrumentation labels routes; an unknown path has no series)."""
+        path = self.path.split("?", 1)[0]
+        self._route_key = (path, method) if path in ROUTES else None
+        if self._route_key is None:
+            return route()
+        self.state.metrics.http_start(path, method)
+        try:
+            route()
+        finally:
+            self.state.metrics.http_end(path, method)
+
     def _send(self, status: int, body, ctype: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else (json.dumps(body) if ctype == "application/json"
                                                        else str(body)).encode()
@@ -101,6 +124,12 @@ class Handler(GenerationRoutes, ChatRoutes, BaseHTTPRequestHandler):
 
     # ---- routes
     def do_GET(self):
+        self._counted("GET", self._route_get)
+
+    def do_POST(self):
+        self._counted("POST", self._route_post)
+
+    def _route_get(self):
         path = self.path.split("?", 1)[0]
         if not self._authorized(path):
             return self._unauthorized()
@@ -120,10 +149,10 @@ class Handler(GenerationRoutes, ChatRoutes, BaseHTTPRequestHandler):
         if path == "/v1/loads":
             return self._send(200, loads_answer(self.state, self.args))
         if path == "/metrics":
-            return self._send(200, metrics_text(self.state), "text/plain")
+            return self._send(200, self.state.metrics.text(), "text/plain; version=0.0.4; charset=utf-8")
         return self._not_found()
 
-    def do_POST(self):
+    def _route_post(self):
         path = self.path.split("?", 1)[0]
         if not self._authorized(path):
             return self._unauthorized()

@@ -1,6 +1,6 @@
 """The answers of the endpoints that describe the server rather than generate: /v1/models, /model_info,
 /server_info (every server argument, resolved defaults filled, and the scheduler's internal state), /v1/loads and
-/metrics, with real SGLang 0.5.11's fields."""
+with real SGLang 0.5.11's fields (/metrics: metrics.py)."""
 from __future__ import annotations
 
 import datetime
@@ -9,6 +9,7 @@ from sglang_standin import __version__
 from sglang_standin import server_args as _server_args
 from sglang_standin.api_version import WEIGHT_VERSION
 from sglang_standin.decoding import spec_shape
+from sglang_standin.metrics import MAX_TOTAL_NUM_TOKENS
 
 
 def _resolved_defaults(args) -> dict:
@@ -43,7 +44,7 @@ def loads_answer(state, args) -> dict:
     with state.timing.lock:
         running, waiting = state.timing.running, state.timing.waiting
     load = {"num_running_reqs": running, "num_waiting_reqs": waiting, "num_used_tokens": 0,
-            "num_total_tokens": 0, "max_total_num_tokens": 1281809, "token_usage": 0.0,
+            "num_total_tokens": 0, "max_total_num_tokens": MAX_TOTAL_NUM_TOKENS, "token_usage": 0.0,
             "gen_throughput": round(state.timing.throughput(), 2), "cache_hit_rate": 0.0, "utilization": 0.0,
             "max_running_requests": args.max_running_requests or 48, "num_total_reqs": running + waiting}
     return {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": __version__,
@@ -89,7 +90,8 @@ def server_info_answer(state, args) -> dict:
     sargs = server_args_dict(args)
     # The KV pool: real SGLang caps what it profiled at --max-total-tokens (server_args.py max_total_tokens), which is
     # how the lab makes a pool too small to serve (the H200 got 284 tokens from memory another process held).
-    tokens = min(1281809, args.max_total_tokens) if getattr(args, "max_total_tokens", None) else 1281809
+    tokens = min(MAX_TOTAL_NUM_TOKENS, args.max_total_tokens) if getattr(args, "max_total_tokens", None) \
+        else MAX_TOTAL_NUM_TOKENS
     internal = dict(sargs)
     for k, v in _scheduler_resolved(args).items():
         if internal.get(k) is None:
@@ -108,9 +110,3 @@ def server_info_answer(state, args) -> dict:
                  "max_req_input_len": (args.context_length or 8192) - 6,
                  "internal_states": [internal], "version": __version__})
     return info
-
-
-def metrics_text(state) -> str:
-    """GET /metrics (Prometheus text): the running requests and the tokens generated so far."""
-    return (f"sglang:num_running_reqs {state.timing.running}\n"
-            f"sglang:generation_tokens_total {state.timing.generated}\n")

@@ -10,6 +10,7 @@ from typing import Iterator, Optional
 from sglang_standin import engine
 from sglang_standin.decoding import Decode, spec_shape
 from sglang_standin.logs import crash, env_float
+from sglang_standin.metrics import Metrics
 from sglang_standin.server_args import ServerArgs
 
 FAULTS = ("none", "crash_loading", "crash_warmup", "bind_then_die", "hang", "hang_warmup", "slow_shutdown", "garbage",
@@ -46,6 +47,7 @@ class State:
         # The scheduler's lifetime speculative totals (tokens of the verify steps, verify steps).
         self.spec_tokens = 0
         self.spec_steps = 0
+        self.metrics = Metrics(args.model_id, self.spec, getattr(args, "decode_log_interval", None) or 40, self.timing)
         self.created = int(time.time())
         self.health_s = env_float("SGLANG_STANDIN_HEALTH_S", 1.0)
         self.drain_s = env_float("SGLANG_STANDIN_DRAIN_S", 0.5)
@@ -77,16 +79,39 @@ class State:
                 best = max(best, n)
             self.seen_prompts.append(words)
             del self.seen_prompts[:-256]
-        return max(0, min(best, ptoks - 1))
+        cached = max(0, min(best, ptoks - 1))
+        self.metrics.cached(cached)
+        return cached
 
-    def generate(self, decode: Decode, prompt_tokens: int) -> Iterator[list]:
+    def generate(self, decode: Decode, prompt_tokens: int, cached: int = 0) -> Iterator[list]:
         """Yield the decode's token groups at the configured pace; its steps count in the spec totals before the
-        last group goes out (a client that saw its request finish finds it in /server_info)."""
+        last group goes out (a client that saw its request finish finds it in /server_info), and in /metrics
+        (metrics.py: the prefill, each decode step, the finished request)."""
         last = len(decode.groups) - 1
-        for i, group in enumerate(self.timing.stream(decode.groups, prompt_tokens)):
-            if i == last:
-                self.count_steps(decode.steps)
-            yield group
+        started = prev = time.monotonic()
+        tokens = kv = 0
+        try:
+            for i, group in enumerate(self.timing.stream(decode.groups, prompt_tokens)):
+                now = time.monotonic()
+                tokens += len(group)
+                if i == 0:
+                    forward = self.timing.ttft + self.timing.prefill * prompt_tokens
+                    kv = prompt_tokens
+                    self.metrics.prefill(prompt_tokens, cached, max(0.0, now - started - forward), forward)
+                    self.metrics.first_token(now - started)
+                else:
+                    kv += len(group)
+                    step = decode.steps[i - 1] if i - 1 < len(decode.steps) else 0
+                    self.metrics.decode_step(len(group), step, now - prev, self.timing.running)
+                if i == last:
+                    for step in decode.steps[i:]:  # a step whose only token was the hidden EOS
+                        self.metrics.decode_step(0, step, None, self.timing.running)
+                    self.count_steps(decode.steps)
+                    self.metrics.finished(prompt_tokens, tokens, time.monotonic() - started)
+                prev = now
+                yield group
+        finally:
+            self.metrics.release(kv)
 
     def count_steps(self, steps: list) -> None:
         with self.lock:
@@ -101,6 +126,8 @@ class State:
 
     def warmed_up(self) -> None:
         """Count SGLang's warmup request (WARMUP_TOKENS of WARMUP_PROMPT, no early stop), then serve."""
+        steps = self.spec.schedule(WARMUP_TOKENS, engine.text_class(WARMUP_PROMPT)) if self.spec else []
         if self.spec:
-            self.count_steps(self.spec.schedule(WARMUP_TOKENS, engine.text_class(WARMUP_PROMPT)))
+            self.count_steps(steps)
+        self.metrics.warmup(len(WARMUP_PROMPT.split()), WARMUP_TOKENS, steps)
         self.ready = True

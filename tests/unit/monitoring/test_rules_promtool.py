@@ -75,3 +75,11 @@ def test_a_missing_promtool_is_an_error_not_a_pass():
     with pytest.raises(rules.MonitoringError, match="not found") as err:
         promtool.check_rules("groups: []\n", promtool="promtool-that-is-not-installed")
     assert err.value.kind == "promtool_missing"
+
+
+def test_a_none_worker_at_zero_fires_no_acceptance_alert():
+    """Real 0.5.11 serves the spec gauges at 0.0 with NONE (tests/fixtures/real_sglang/metrics-0.5.11-h200): the
+    acceptance rules exist only for speculative groups, so a busy NONE worker fires nothing; a speculative one at 0.0
+    collapses (the case is not vacuous)."""
+    text = rules.render(TEMPLATE, {"plain": {"speculative": False}, "spec": {"speculative": True}}, [], None)["text"]
+    assert "SUCCESS" in promtool.run_rule_tests(text, (FIX / "rules-none.test.yml").read_text())
