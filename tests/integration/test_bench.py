@@ -174,7 +174,8 @@ def test_sweep_five_configs_three_fail_baseline_restored(served, lab, playbook):
     assert gate["configs"]["ddtree-b4"]["lossless"] is True and gate["configs"]["ddtree-b4"]["match_rate"] == 1.0
     verdict = gate["configs"]["ddtree-b4-wrong-text"]
     assert verdict["lossless"] is False and verdict["match_rate"] == 0.0
-    assert gate["self_check"]["agreement"] == 1.0 and verdict["agreement"] < 0.1   # 3 of 64 tokens, then wrong
+    # Wrong from token 3 of the stand-in's short answers: far below the floor (0.5 x the baseline's own 1.0).
+    assert gate["self_check"]["agreement"] == 1.0 and verdict["agreement"] < 0.5
     first = verdict["workloads"]["random-ids/ctx60"]["diverged"][0]
     assert first["prompt_id"] == "ids-0" and first["token"] == 3 and first["char"] > 0
     assert first["baseline"] != first["config"]
