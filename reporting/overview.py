@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reporting.markdown import md_table
 from reporting.frontier import DEFAULT_TARGETS, per_gpu_label, target_table
 from reporting.goodput import bounds_text, goodput_of, power_reasons
 from reporting.speedup import RANDOM_IDS_NOTE, baseline_of, config_names, is_random_ids, workload_of
@@ -21,10 +22,6 @@ def _f(value, digits=1, suffix=""):
         return f"{value:.{digits}f}{suffix}"
     return str(value).replace("|", "\\|").replace("\n", " ")
 
-
-def _table(headers, rows):
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def wl(workload):
@@ -83,7 +80,7 @@ def frontier_section(run, host, targets=DEFAULT_TARGETS, plot=None):
             best = (f"none reaches it (fastest: `{fastest['config']}` C={fastest['C']} at "
                     f"{fastest['per_user']:.1f} tok/s/user)") if fastest else "none"
             table.append([wl(workload), f"{target:g}", best, "–", "–", "–"])
-    lines += _table(["workload", "target tok/s/user", "config", "C", unit.replace("output ", ""),
+    lines += md_table(["workload", "target tok/s/user", "config", "C", unit.replace("output ", ""),
                      "tok/s/user"], table) + [""]
     return lines + ([MARK_NOTE, ""] if marked else [])
 
@@ -118,7 +115,7 @@ def goodput_power_section(run, host, objective=None):
                      _f(best_joule.get("output_tokens_per_joule") if best_joule else None, 3) + (
                          f" ({wl(workload_of(best_joule))} C={best_joule.get('max_concurrency')})"
                          if best_joule else "")])
-    lines += _table(["config", "peak cell", "out tok/s", "good % (peak)", "best good req/s", "W mean (peak)",
+    lines += md_table(["config", "peak cell", "out tok/s", "good % (peak)", "best good req/s", "W mean (peak)",
                      "W max", "W limit", "GPUs", "best tok/J"], rows) + [""]
     reasons = power_reasons(cells)
     if reasons:

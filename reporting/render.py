@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+from reporting.markdown import md_table
 from reporting.frontier import DEFAULT_TARGETS
 from reporting.load import Run
 from reporting.lossless import not_lossless
@@ -54,12 +55,6 @@ def fmt(value, digits=1):
     if isinstance(value, (int, float)):
         return f"{value:.{digits}f}" if digits else f"{value:.0f}" if isinstance(value, float) else str(value)
     return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _table(headers, rows):
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return out
 
 
 def render_report(run: Run, plots=(), objective=None, proposal=None, proposal_path=None,
@@ -136,7 +131,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
                 fmt(accept_length_of(run, name), 2), fmt(outcome.get("time_to_ready_s"), 1),
                 fmt(reason[:200])]
         rows.append(row)
-    lines += _table(headers, rows)
+    lines += md_table(headers, rows)
     lines.append("")
 
     restore = [r for r in run.configs if r.get("phase") == "restore"]
@@ -220,7 +215,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
         if len(hosts_here) > 1:
             lines.append("Hosts: " + ", ".join(hosts_here))
             lines.append("")
-        lines += _table([h for h, _, _ in CELL_COLUMNS], rows)
+        lines += md_table([h for h, _, _ in CELL_COLUMNS], rows)
         lines.append("")
     if any(is_random_ids(workload_of(c)) for c in run.cells):
         lines += [MARK_NOTE, ""]

@@ -2,6 +2,7 @@
 and the run-level proposal summary."""
 from __future__ import annotations
 
+from reporting.markdown import md_table
 from reporting.acceptance import PER_REQUEST, RUNNING_AVERAGE, cell_acceptance, workload_acceptance
 from reporting.objective import journal_text, no_slo_text, per_cell_winners, soak_outcome
 from reporting.goodput import goodput_of
@@ -20,10 +21,6 @@ def _fmt(value, digits=2):
         return f"{value:.{digits}f}"
     return str(value).replace("|", "\\|").replace("\n", " ")
 
-
-def _table(headers, rows):
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def _wl(workload):
@@ -67,7 +64,7 @@ def speedup_section(run, host):
         for workload, series in sorted(table.items()):
             rows.append([_wl(workload)] + [f"{series[c]:.3f}" if c in series else "–" for c in concs]
                         + [_crossover_text(crossover(series))])
-        lines += _table(["workload"] + [f"C={c}" for c in concs] + ["crossover"], rows)
+        lines += md_table(["workload"] + [f"C={c}" for c in concs] + ["crossover"], rows)
         values = [s for series in table.values() for s in series.values()]
         lines += ["", f"Geometric mean speedup: {geomean(values):.3f}x over {len(values)} (workload, C) cell(s).", ""]
         lines += _note_once(table)
@@ -101,7 +98,7 @@ def winner_section(run, host, decision):
             rows.append(row)
         lines += ["Per (workload, C): the ok, non-disqualified config with the highest output tok/s (its speedup over "
                   "the baseline in brackets).", ""]
-        lines += _table(["workload"] + [f"C={c}" for c in concs], rows) + [""] + _note_once(w for w, _ in winners)
+        lines += md_table(["workload"] + [f"C={c}" for c in concs], rows) + [""] + _note_once(w for w, _ in winners)
     if objective.mode == "slo":
         lines += [f"Goodput under the SLO ({objective.bounds_text()}): per config and workload its cell with the most "
                   "good requests per second (requests whose TTFT and TPOT are within the bounds).", ""]
@@ -120,7 +117,7 @@ def winner_section(run, host, decision):
                              _fmt(c.get("p99_ttft_ms"), 1) if c else "–", _fmt(c.get("p99_tpot_ms"), 2) if c else "–",
                              _fmt(c.get("p99_itl_ms"), 2) if c else "–"])
         if rows:
-            lines += _table(["config", "workload", "C", "good req/s", "good %", "out tok/s", "ttft p99 ms",
+            lines += md_table(["config", "workload", "C", "good req/s", "good %", "out tok/s", "ttft p99 ms",
                              "tpot p99 ms", "itl p99 ms"], rows) + [""] + _note_once(facts.workloads)
         if decision.no_slo:
             lines += [f"**{no_slo_text(objective)}.** Closest cell per config:", ""]
@@ -132,7 +129,7 @@ def winner_section(run, host, decision):
         what = "geomean speedup" if objective.mode == "throughput" else "goodput under the SLO vs baseline"
         rows = [[f"`{n}`", _fmt(s, 3) + ("x" if s is not None else "")]
                 for n, s in sorted(decision.scores.items(), key=lambda kv: (-(kv[1] or 0), kv[0]))]
-        lines += _table(["config", what], rows) + [""]
+        lines += md_table(["config", what], rows) + [""]
     if decision.not_ranked:
         lines += ["Not ranked:", ""] + [f"- `{n}`: {_fmt(w)}" for n, w in decision.not_ranked.items()] + [""]
     lines += tie_lines(decision)
@@ -188,7 +185,7 @@ def soak_section(run, host):
     if not rows:
         return lines + ["No soak recorded.", ""]
     lines += ["Soak cells are reported here only: they never enter a speedup or a winner.", ""]
-    lines += _table(["config", "steps (C)", "status", "measured", "degenerate flagged", "reason"], rows) + [""]
+    lines += md_table(["config", "steps (C)", "status", "measured", "degenerate flagged", "reason"], rows) + [""]
     for name, soak in failures:
         lines += [f"Soak of `{name}` FAILED: {_fmt(soak.get('reason'))}", ""]
         journal = journal_text(soak.get("journal"))
@@ -232,7 +229,7 @@ def acceptance_section(run, host):
         return lines + ["No accept-length figures (no speculative cell reported one).", ""]
     lines += ["Accept length = completion tokens / verify steps (recomputed from the per-request figures when the "
               "rows carry them); accept rate = accepted / proposed drafts.", ""]
-    lines += _table(["config", "workload", "accept len", "accept rate", "source", "cells", "note"], rows) + [""]
+    lines += md_table(["config", "workload", "accept len", "accept rate", "source", "cells", "note"], rows) + [""]
     lines += _note_once(set(workload_of(c) for n in config_names(run, host) for c in run.cells_of(n, host)))
     for name, c, p in mismatches:
         lines.append(f"- **MISMATCH** `{name}` {workload_of(c)} C={c.get('max_concurrency')}: stored accept_length "
@@ -255,5 +252,5 @@ def proposal_section(proposal, path=None):
         rows.append([group, ", ".join(str(h) for h in entry.get("hosts") or []) or "–",
                      f"`{entry['winner']}`" if entry.get("winner") else "none", _fmt(entry.get("baseline")),
                      _fmt(g, 3) + ("x" if g is not None else ""), _fmt(entry.get("reason"))])
-    lines += _table(["group", "hosts", "winner", "baseline", "geomean speedup", "reason"], rows) + [""]
+    lines += md_table(["group", "hosts", "winner", "baseline", "geomean speedup", "reason"], rows) + [""]
     return lines

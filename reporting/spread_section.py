@@ -2,6 +2,7 @@
 values), a cell's spread column, and the winner's margins against the spread (a tie called a tie)."""
 from __future__ import annotations
 
+from reporting.markdown import md_table
 from reporting.speedup import config_names, workload_of
 from reporting.ties import PICK_VARIABLE, cell_spread
 
@@ -11,10 +12,6 @@ FIGURE_NAMES = {"output_throughput": "out tok/s", "median_tpot_ms": "TPOT median
 def _pct(value):
     return "–" if value is None else f"{100 * value:.1f}%"
 
-
-def _table(headers, rows):
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def spread_cell_text(cell):
@@ -53,7 +50,7 @@ def spread_section(run, host):
                          FIGURE_NAMES.get(key, key), _pct(item.get("spread")), values, _pct(flag.get("bound"))])
     if rows:
         lines += ["**Flagged cells** (their spread exceeds the bound: their figures are noisy):", ""]
-        lines += _table(["config", "workload", "C", "figure", "spread", "repeats", "bound"], rows) + [""]
+        lines += md_table(["config", "workload", "C", "figure", "spread", "repeats", "bound"], rows) + [""]
     else:
         lines += ["No cell's throughput or TPOT spread exceeds the bound.", ""]
     return lines
@@ -70,7 +67,7 @@ def tie_lines(decision):
         rows.append([f"`{m['config']}`", _pct(m["margin"]), _pct(m["spread"]), str(m["cells"]), verdict])
     lines = [f"Margin of `{first}` over each other ranked config against the spread of the cells the two rest on "
              "(median of the larger throughput spread per cell; a margin within it is a tie):", ""]
-    lines += _table(["config", "margin", "spread", "cells", "verdict"], rows) + [""]
+    lines += md_table(["config", "margin", "spread", "cells", "verdict"], rows) + [""]
     if decision.tie and not decision.tie["kept"]:
         lines += [f"**Tie between {', '.join(f'`{c}`' for c in decision.tie['candidates'])}**: the proposal names "
                   f"them and applies none until one is picked (`-e {PICK_VARIABLE}=<config>`).", ""]
