@@ -1,4 +1,6 @@
-"""cuda role on lab hosts: the pip route for real (CUDA 13.0 wheels through the lab proxy) and the driver gate.
+"""cuda role on lab hosts: the pip route for real (CUDA 13.0 wheels through the lab proxy), that toolkit then
+adopted with cuda_install_method: existing (nothing installed, the same verify; another release refused before any
+change), and the driver gate.
 
 Lab hosts declare no GPU: the gate must say so (skipped, with a warning) and must fail, before any change,
 when a host is told to expect GPUs it does not have.
@@ -54,6 +56,33 @@ def test_pip_route_installs_real_nvcc_13_0_and_is_idempotent(lab, playbook, clea
 
     second = playbook("playbooks/cuda.yml", limit=HOST)
     assert second.rc == 0 and second.changed_count(HOST) == 0, second.stdout[-3000:]
+
+    # issue 26: the toolkit just laid out (real nvcc 13.0, no version file: include/cuda.h) adopted as an existing
+    # one: nothing installed, the same configure and verify; the one change is the method the profile records
+    adopt = {"cuda_install_method": "existing", "cuda_home": "/usr/local/cuda-13.0"}
+    adopted = playbook("playbooks/cuda.yml", limit=HOST, extravars=adopt)
+    assert adopted.rc == 0, adopted.failures()
+    changed = sorted({ev["event_data"]["task"] for ev in adopted.events if ev.get("event") == "runner_on_ok"
+                      and ev["event_data"].get("res", {}).get("changed")})
+    assert changed == ["Export CUDA_HOME and PATH for login shells"], changed
+    assert not {"Install from the CUDA wheels", "Install from NVIDIA's apt repository"} & {
+        ev["event_data"].get("task") for ev in adopted.events if ev.get("event") == "runner_on_ok"}
+    read = adopted.result("Read the toolkit already in cuda_home (existing route)", HOST)
+    assert read["problems"] == [] and read["toolkit"]["version_source"] == "include/cuda.h", read
+    report = adopted.result("Report the toolkit", HOST)["msg"]
+    assert report.startswith("CUDA 13.0 via existing at /usr/local/cuda-13.0: include/cuda.h 13.0, Cuda compilation"
+                             " tools, release 13.0, V13.0."), report
+    assert "(existing route)" in lab.ssh(HOST, "cat /etc/profile.d/cuda.sh").stdout
+    again = playbook("playbooks/cuda.yml", limit=HOST, extravars=adopt)
+    assert again.rc == 0 and again.changed_count(HOST) == 0, again.stdout[-3000:]
+    # another release asked of it: refused at preflight, naming what is there, before any change
+    wrong = playbook("playbooks/cuda.yml", limit=HOST, extravars={**adopt, "cuda_version": "12.8"})
+    assert wrong.rc != 0 and wrong.changed_count(HOST) == 0, wrong.stdout[-3000:]
+    res = wrong.result("Refuse to adopt cuda_home unless it holds the CUDA release asked for (existing route)", HOST)
+    assert res["_event"] == "runner_on_failed", res
+    assert ("/usr/local/cuda-13.0/include/cuda.h says CUDA 13.0, not 12.8; /usr/local/cuda-13.0/bin/nvcc --version"
+            " reports release 13.0, not 12.8. Nothing was changed.") in res["msg"], res["msg"]
+    assert lab.ssh(HOST, "test -e /etc/ld.so.conf.d/cuda-12-8.conf", check=False).returncode == 1
 
 
 def test_login_check_sees_the_login_shell_not_the_session(lab, playbook, clean_host):
