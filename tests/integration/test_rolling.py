@@ -76,10 +76,12 @@ def test_molecule_scenario_of_the_router_role_on_this_lab(lab, tmp_path):
 
 
 def test_molecule_scenario_of_the_monitoring_role_on_this_lab(lab, tmp_path):
-    """The monitoring role's scenario right after the router's, on its converged workers and router (their plays in
-    its prepare are then no-ops): Prometheus and Alertmanager on router1, every target up, rules loaded, GPU series
-    from the textfile timer, the dashboard's queries evaluated (roles/monitoring/molecule/default/verify.yml)."""
-    run_scenario("monitoring", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
+    """The monitoring role's scenario right after the router's, on its converged workers and router (so its prepare is
+    the nvidia-smi fixture alone): Prometheus and Alertmanager on router1, every target up, rules loaded and
+    evaluated, nothing firing or pending, GPU series from the textfile timer, every dashboard query returning series
+    (roles/monitoring/molecule/default/verify.yml)."""
+    run_scenario("monitoring", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True,
+                 env={"MONITORING_PREPARE": "fixture.yml"})
 
 
 @pytest.fixture(scope="module")
