@@ -31,10 +31,12 @@ HOSTED = {
 }
 
 
-def run_scenario(role: str, log: Path, lab_name: str | None = None, keep_lab: bool = False) -> None:
-    """`molecule test` of roles/<role>; AssertionError with the log's tail when it fails."""
+def run_scenario(role: str, log: Path, lab_name: str | None = None, keep_lab: bool = False,
+                 env: dict | None = None) -> None:
+    """`molecule test` of roles/<role>; AssertionError with the log's tail when it fails. env: more variables for
+    molecule (a scenario's own knobs, e.g. the monitoring scenario's MONITORING_PREPARE)."""
     lab_name = lab_name or f"mol-{role}"
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+    env = {**os.environ, **(env or {}), "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "PYTHONPATH": str(ROOT), "LAB_NAME": lab_name,
            "MOLECULE_EPHEMERAL_DIRECTORY": str(log.parent / f"molecule-{role}")}
     argv = [str(BIN / "molecule"), "test"] + (["--destroy=never"] if keep_lab else [])

@@ -2,17 +2,21 @@
 serve1 and serve2, which run the SGLang stand-in): a steady client stream through the router sees no failed request
 while both workers change their speculative config; a bad config on the second host is put back, the roll stops and
 the router keeps serving; rolls that would break the minimum of healthy workers, and a router without workers, are
-refused before any host changes."""
+refused before any host changes. With the monitoring role on router1 (its scenario, hosted here): a worker killed with
+kill -9 under the client stream fires its alert, delivered to a webhook receiver on the controller with host and
+group, and resolved once systemd has the worker back."""
 from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from lab.host_sets import ROUTER_LAB_HOSTS
 from lab.lab import Lab
+from tests.helpers.alert_receiver import Receiver
 from tests.helpers.molecule import run_scenario
 from tests.helpers.playbook import run_playbook
 from tests.helpers.router_load import Load
@@ -76,10 +80,12 @@ def test_molecule_scenario_of_the_router_role_on_this_lab(lab, tmp_path):
 
 
 def test_molecule_scenario_of_the_monitoring_role_on_this_lab(lab, tmp_path):
-    """The monitoring role's scenario right after the router's, on its converged workers and router (their plays in
-    its prepare are then no-ops): Prometheus and Alertmanager on router1, every target up, rules loaded, GPU series
-    from the textfile timer, the dashboard's queries evaluated (roles/monitoring/molecule/default/verify.yml)."""
-    run_scenario("monitoring", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
+    """The monitoring role's scenario right after the router's, on its converged workers and router (so its prepare is
+    the nvidia-smi fixture alone): Prometheus and Alertmanager on router1, every target up, rules loaded and
+    evaluated, nothing firing or pending, GPU series from the textfile timer, every dashboard query returning series
+    (roles/monitoring/molecule/default/verify.yml)."""
+    run_scenario("monitoring", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True,
+                 env={"MONITORING_PREPARE": "fixture.yml"})
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +106,62 @@ def roll(lab, apply: dict, **extra):
 
 def load(lab) -> Load:
     return Load(f"http://{address(lab, ROUTER)}:{ROUTER_PORT}", KEY, concurrency=4, max_seconds=600).start()
+
+
+MONITORING = "roles/monitoring/molecule/default"
+WEBHOOK_PORT = 19093  # group_vars/lab/monitoring.yml monitoring_alertmanager_webhook_url: the lab gateway, this port
+
+
+@pytest.fixture(scope="module")
+def monitored(fleet, lab):
+    """Prometheus and Alertmanager on router1 as the monitoring scenario leaves them (its fixture and converge run
+    here only where the scenario did not, e.g. under -k)."""
+    if lab.ssh(ROUTER, "systemctl is-active prometheus prometheus-alertmanager", check=False).returncode != 0:
+        for playbook in (f"{MONITORING}/fixture.yml", f"{MONITORING}/converge.yml"):
+            run = play(lab, playbook)
+            assert run.rc == 0, f"{playbook}\n{run.failures()}\n{run.stdout[-3000:]}"
+    return lab
+
+
+def test_a_killed_worker_fires_its_alert_delivered_with_host_and_group_and_resolved(monitored, lab):
+    """kill -9 of serve2's SGLang under a steady client stream through the router: SGLangWorkerDown fires (the lab's
+    down_for 5s, scrape and evaluation 5s: group_vars/lab/monitoring.yml), Alertmanager delivers it to the webhook on
+    the controller with host and group, and the resolution follows once systemd restarts the worker (the service
+    role's RestartSec 30). The clients' failed requests during the kill are counted and reported."""
+    victim = WORKERS[1]
+    is_victim = (lambda a: a["labels"].get("alertname") == "SGLangWorkerDown"
+                 and a["labels"].get("host") == victim)
+    with Receiver(lab.state()["gateway"], WEBHOOK_PORT) as receiver:
+        stream = load(lab)
+        try:
+            stream.wait_for(20)
+            pid = lab.ssh(victim, "systemctl show -p MainPID --value sglang").stdout.strip()
+            killed = time.monotonic()
+            lab.ssh(victim, f"kill -9 {pid}")
+            fired_at, fired = receiver.wait_for(lambda a: is_victim(a) and a["status"] == "firing", timeout=90)
+            resolved_at, resolved = receiver.wait_for(lambda a: is_victim(a) and a["status"] == "resolved",
+                                                      timeout=120)
+            stream.wait_for(sum(1 for r in stream.snapshot() if r.ok) + 10)
+        finally:
+            summary = stream.stop()
+        others = sorted({(a["labels"].get("alertname"), a["labels"].get("host"), a["status"])
+                         for _, a in receiver.alerts() if not is_victim(a)})
+    report = {"kill_to_firing_delivered_s": round(fired_at - killed, 1),
+              "kill_to_resolved_delivered_s": round(resolved_at - killed, 1),
+              "fired_labels": fired["labels"], "other_alerts": others,
+              "requests": {k: summary[k] for k in ("sent", "failed")}, "failures": summary["failures"][:5]}
+    print("\nkilled worker alert:", json.dumps(report))
+    (ROOT / "results").mkdir(exist_ok=True)
+    (ROOT / "results" / "rolling-killed-worker-alert.json").write_text(json.dumps(report, indent=2))
+    assert fired["labels"]["group"] == "nvlink" and fired["labels"]["severity"] == "critical", fired
+    assert victim in fired["annotations"]["summary"] and fired["annotations"]["runbook"], fired
+    assert resolved["labels"] == fired["labels"]
+    assert summary["failed"] == 0, summary["failures"]  # the router retried what the killed worker dropped
+    assert all(host == victim for _, host, _ in others), others  # nothing fired for a healthy host
+    deadline = time.monotonic() + 60  # the router's own health checks bring the worker back (the roll tests follow)
+    while router_workers(lab) != {worker_url(lab, h): "ready" for h in WORKERS} and time.monotonic() < deadline:
+        time.sleep(1)
+    assert router_workers(lab) == {worker_url(lab, h): "ready" for h in WORKERS}
 
 
 def test_a_roll_under_load_changes_both_workers_with_no_failed_request(fleet, lab):
