@@ -149,8 +149,11 @@ def test_the_spec_gauges_keep_the_last_window_while_idle_and_the_idle_log_refres
         url = f"http://127.0.0.1:{srv.port}"
         post(url, "/generate", {"text": CODE, "sampling_params": {"max_new_tokens": 48}})
         after = scrape(url)
-        time.sleep(0.7)
-        idle = scrape(url)
+        deadline = time.monotonic() + 30
+        idle = scrape(url)        # the idle log runs when /metrics is read 0.5 s after the last activity: await it
+        while gauge(idle, "sglang:gen_throughput") != 0.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            idle = scrape(url)
     assert gauge(after, "sglang:spec_accept_length") > 1.5
     assert gauge(idle, "sglang:spec_accept_length") == gauge(after, "sglang:spec_accept_length")
     assert gauge(idle, "sglang:spec_accept_rate") == gauge(after, "sglang:spec_accept_rate")
