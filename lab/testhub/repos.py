@@ -146,6 +146,32 @@ def _key(seed: int, repo_id: str, path: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{repo_id}/{path}".encode()).digest()[:8], "big")
 
 
+def build_dir_repo(repo_id: str, directory: str, lfs_threshold: int = MiB) -> Repo:
+    """A model repository served from a real directory's files (the H200 rehearsal serves a real model and drafter
+    through the Hub protocol this way). Files over lfs_threshold are LFS files (sha256 in the tree), the others plain
+    (git blob sha1); the commit sha is a function of every path and its sha256, so changed bytes are a new revision."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ValueError(f"repo {repo_id}: dir={directory} is not a directory")
+    files = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        data = path.read_bytes()
+        f = RepoFile(path=rel, size=len(data), lfs=len(data) > lfs_threshold,
+                     content=Content(b"\0" * BLOCK, 0, len(data), data))
+        f.sha256 = hashlib.sha256(data).hexdigest()
+        if f.lfs:
+            pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{f.sha256}\nsize {f.size}\n".encode()
+            f.blob_sha1 = hashlib.sha1(b"blob %d\0" % len(pointer) + pointer).hexdigest()
+        else:
+            f.blob_sha1 = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        files.append(f)
+    if not files:
+        raise ValueError(f"repo {repo_id}: dir={directory} holds no file")
+    sha = hashlib.sha1("\n".join(f"{f.path} {f.sha256}" for f in files).encode()).hexdigest()
+    return Repo(repo_id=repo_id, sha=sha, files=files, branches={"main": sha})
+
+
 def build_repo(seed: int, block: bytes, cache: HashCache, repo_id: str, spec: dict) -> Repo:
     """spec keys: type ("model" default, or "dataset"), shards (int), shard_size (bytes), small (bool, default
     true), hostile ("dotdot", "absolute", "size_lie"), lfs_threshold (bytes), block_size (int: a DFlash drafter).
@@ -157,6 +183,8 @@ def build_repo(seed: int, block: bytes, cache: HashCache, repo_id: str, spec: di
     parse_dflash_draft_config). A dataset has README.md (a dataset card) and sharegpt_mini.json (a real ShareGPT-format
     conversation list, LFS, see datasets.py) (small) and `shards` seeded LFS files data/shard-NNNNN-of-NNNNN.bin
     (default 0)."""
+    if spec.get("dir"):
+        return build_dir_repo(repo_id, spec["dir"])
     repo_type = spec.get("type", "model")
     if repo_type not in REPO_TYPES:
         raise ValueError(f"repo {repo_id}: type must be one of {', '.join(REPO_TYPES)}, got {repo_type!r}")
@@ -223,8 +251,8 @@ DEFAULT_REPOS = {
 
 
 def parse_repo_arg(text: str) -> tuple[str, dict]:
-    """"org/name", "org/name:shards=8,shard_size=1GiB,small=false", "org/name:block_size=8" (a DFlash drafter) or
-    "org/name:type=dataset[,shards=N,...]"."""
+    """"org/name", "org/name:shards=8,shard_size=1GiB,small=false", "org/name:block_size=8" (a DFlash drafter),
+    "org/name:type=dataset[,shards=N,...]" or "org/name:dir=/abs/path" (a real directory's files)."""
     name, _, rest = text.partition(":")
     spec: dict = {}
     for part in filter(None, rest.split(",")):
@@ -235,7 +263,7 @@ def parse_repo_arg(text: str) -> tuple[str, dict]:
             spec[k] = int(v)
         elif k == "small":
             spec[k] = v.lower() in ("1", "true", "yes")
-        elif k == "hostile":
+        elif k in ("hostile", "dir"):
             spec[k] = v
         elif k == "type":
             if v not in REPO_TYPES:

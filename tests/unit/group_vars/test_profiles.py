@@ -105,3 +105,26 @@ def test_kimi_parsers_are_first_class_and_checked_by_the_schema():
                 if p["problem"] != "deprecated"]
     assert [p["problem"] for p in problems] == ["invalid_choice"]
     assert "kimi_k2" in problems[0]["detail"] and "--reasoning-parser" in problems[0]["detail"]
+
+
+def test_single_gpu_is_the_nvlink_unit_at_tp1_with_dflash_and_clean_on_the_schemas():
+    # a child group of nvlink (inventory/h200): the rules see the nvlink profile, the GPU count is one
+    v, server, spec = profile("single_gpu")
+    nv_v, nv_server, _ = profile("nvlink")
+    assert server["tp_size"] == 1 and v["deploy_gpu_count"] == 1
+    same = {k for k in nv_server if k not in ("tp_size", "mem_fraction_static")}
+    assert {k: server.get(k) for k in same} == {k: nv_server[k] for k in same}  # the nvlink unit's flags
+    assert spec["algorithm"] == "DFLASH" and v["venv_flavour"] == "upstream"
+    assert v["sglang_service_gpu_daemons_require"] == []
+    c = dict(ctx("nvlink", v, None), group_names=["nvlink", "single_gpu"], gpu_cc="9.0")
+    for version in ("0.5.11", pinned_version("upstream")):
+        assert sglang_validate(server, spec, dict(c, schema=version)) == [], version
+    # the nvlink profile's TP8 on this one GPU is refused, named
+    assert [p["rule"] for p in sglang_validate(nv_server, spec, dict(c, schema="0.5.11"))] == ["gpu_count"]
+
+
+def test_the_h200_inventory_puts_its_host_in_single_gpu_under_nvlink():
+    inv = yaml.safe_load((ROOT / "inventory/h200/hosts.yml").read_text())
+    assert "h200" in inv["all"]["children"]["nvlink"]["children"]["single_gpu"]["hosts"]
+    host = yaml.safe_load((ROOT / "inventory/h200/host_vars/h200.yml").read_text())
+    assert host["ansible_connection"] == "local" and host["deploy_gpu_compute_capability"] == "9.0"

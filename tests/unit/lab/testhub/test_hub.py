@@ -302,3 +302,32 @@ def test_a_drafter_spec_carries_its_block_size_like_a_real_dflash_drafter():
         assert "block_size" not in plain and "dflash_config" not in plain
     finally:
         h.stop()
+
+
+def test_a_real_directory_is_served_byte_for_byte_with_lfs_for_the_large_files(tmp_path):
+    """dir=PATH serves a real model directory (the H200 rehearsal's model and drafter) through the Hub protocol:
+    the tree lists every file with its true size, large files are LFS with their sha256, and the bytes resolved are
+    the directory's. The revision changes when a byte does."""
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    weights = bytes(range(256)) * 8192 + b"tail"  # 2 MiB + 4: over the LFS threshold
+    (model / "model.safetensors").write_bytes(weights)
+    (model / "sub" / "tokenizer.json").write_text("{}")
+    with TestHub(seed=1, repos=dict([parse_repo_arg(f"real/model:dir={model}")]),
+                 cache_dir=tmp_path / "cache") as h:
+        entries, _ = paged_tree(f"{h.endpoint}/api/models/real/model/tree/main?recursive=true")
+        files = {e["path"]: e for e in entries if e["type"] == "file"}
+        assert set(files) == {"config.json", "model.safetensors", "sub/tokenizer.json"}
+        assert files["model.safetensors"]["size"] == len(weights)
+        assert files["model.safetensors"]["lfs"]["oid"] == hashlib.sha256(weights).hexdigest()
+        assert "lfs" not in files["config.json"]
+        assert get(f"{h.endpoint}/real/model/resolve/main/model.safetensors")[2] == weights
+        assert get(f"{h.endpoint}/real/model/resolve/main/config.json")[2] == (model / "config.json").read_bytes()
+        first = h.repos["real/model"].sha
+    (model / "config.json").write_text('{"architectures": ["Other"]}')
+    with TestHub(seed=1, repos=dict([parse_repo_arg(f"real/model:dir={model}")]),
+                 cache_dir=tmp_path / "cache") as h:
+        assert h.repos["real/model"].sha != first
+    with pytest.raises(ValueError, match="not a directory"):
+        TestHub(seed=1, repos={"x/y": {"dir": str(tmp_path / "none")}}, cache_dir=tmp_path / "cache")
