@@ -140,6 +140,36 @@ def c_ddtree_triton(ctx):
     return None if backend == "triton" else f"attention_backend={backend!r}"
 
 
+# MLA attention backends that run only with their own KV page size: SGLang 0.5.11 rewrites another page_size with a
+# warning (server_args.py ServerArgs._handle_attention_backend_compatibility: flashmla -> 64, cutlass_mla -> 128,
+# trtllm_mla -> 64 unless 32 or 64), so the unit's page_size would not be the server's (DDTree's page 1 included).
+MLA_BACKEND_PAGE_SIZES = {"flashmla": (64,), "cutlass_mla": (128,), "trtllm_mla": (32, 64)}
+
+
+def _backends(ctx):
+    s = ctx["server"]
+    return [(k, s.get(k)) for k in ("attention_backend", "decode_attention_backend") if s.get(k)]
+
+
+def c_mla_backend_page_size(ctx):
+    page = ctx["server"].get("page_size")
+    for key, backend in _backends(ctx):
+        sizes = MLA_BACKEND_PAGE_SIZES.get(backend)
+        if sizes and page is not None and _int(page) not in sizes:
+            return (f"{key}={backend} runs with page_size {' or '.join(map(str, sizes))} only; SGLang would replace "
+                    f"page_size={page!r} at start")
+    return None
+
+
+def c_trtllm_mla_blackwell(ctx):
+    # 0.5.11 raises ValueError("TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x)") at start
+    cc = str(ctx.get("gpu_cc") or "")
+    if not cc or not any(b == "trtllm_mla" for _, b in _backends(ctx)):
+        return None
+    major = _int(cc.split(".")[0])
+    return None if major is not None and major >= 10 else f"trtllm_mla on compute capability {cc} (needs 10.x or 12.x)"
+
+
 def c_ddtree_page_size(ctx):
     if _algo(ctx) != "DDTREE":
         return None
@@ -247,6 +277,10 @@ RULES = (
     ("api_key_off_loopback", "a non-loopback bind address needs an API key from vault", "issue 4", c_api_key, False),
     ("ddtree_triton", "DDTREE needs attention_backend triton", f"{FACTS}; DDTree patches", c_ddtree_triton, False),
     ("ddtree_page_size", "DDTREE needs page_size 1", f"{FACTS}; DDTree patches", c_ddtree_page_size, False),
+    ("mla_backend_page_size", "flashmla, cutlass_mla and trtllm_mla run only with their own page_size (64, 128, 32|64)",
+     "SGLang 0.5.11 server_args.py _handle_attention_backend_compatibility", c_mla_backend_page_size, False),
+    ("trtllm_mla_blackwell", "trtllm_mla runs only on Blackwell (sm_100/sm_12x): SGLang refuses it at start elsewhere",
+     "SGLang 0.5.11 server_args.py _handle_attention_backend_compatibility", c_trtllm_mla_blackwell, False),
     ("ddtree_topk_cap", "DDTREE topk_cap must be between 1 and budget", "issue 4", c_ddtree_topk_cap, False),
     ("draft_model_path", "speculative decoding needs an absolute draft_model_path", f"{FACTS} DFLASH",
      c_draft_model, False),
