@@ -43,7 +43,7 @@ SKIP_IN_TREE_HASH = ("__pycache__", "build", "dist", ".git", ".pytest_cache")
 # How the lock and what follows it are installed (part of the recipe: another install mode is another venv).
 LOCK_PIP_ARGS = ("--require-hashes", "--no-deps", "--only-binary", ":all:")
 LOCAL_PIP_ARGS = ("--no-deps", "--no-build-isolation")
-# image packages (venv_system_site_packages, venv_site_dirs): a .pth in the venv's site-packages naming the image's own
+# image packages (venv_system_site_packages, venv_extra_site_dirs): a .pth in the venv's site-packages naming the image's own
 # site directories (a GPU image whose torch lives in a venv of its own, e.g. /opt/torch/.venv, is not the base
 # interpreter's "system" site); appended after the venv's site-packages, so what the lock installed wins
 SITE_DIRS_PTH = "sglang-deploy-image-site-dirs.pth"

@@ -493,7 +493,7 @@ def test_an_adopted_venv_is_kept_while_verified_for_the_recipe_and_unchanged(tmp
 
 
 def test_recipe_hash_tracks_the_image_packages_not_the_wheelhouse(tmp_path):
-    """venv_system_site_packages, venv_site_dirs and venv_pip_check_exempt are part of the recipe (a change rebuilds);
+    """venv_system_site_packages, venv_extra_site_dirs and venv_pip_check_exempt are part of the recipe (a change rebuilds);
     off, the recipe hashes as before they existed. The wheelhouse is not (the lock's hashes decide the bytes)."""
     req, pkg, patches = inputs(tmp_path)
     args = ("lab", sys.executable, str(req), [str(pkg)], str(patches), [], [])
