@@ -73,6 +73,28 @@ options:
         (it is then returned as C(adopted)). Empty = an adopted venv is rebuilt from the lock.
     type: str
     default: ""
+  wheelhouse:
+    description:
+      - "Host directory of wheels (an offline wheelhouse). Set - every pip step gets C(--no-index --find-links
+        <dir>), no index is contacted; the lock's hashes still apply. Not part of the recipe (the hashes decide the
+        bytes, not where they came from). Empty = the index (the lock's index lines, the host's pip configuration)."
+    type: path
+    default: ""
+  system_site_packages: {description: "python -m venv --system-site-packages (the base interpreter's packages are visible; part of the recipe).", type: bool, default: false}
+  site_dirs:
+    description:
+      - Absolute site directories of the host's image (e.g. a GPU image's C(/opt/torch/.venv/lib/python3.12/site-packages))
+        written into a C(.pth) of the venv, after its own site-packages. Part of the recipe.
+    type: list
+    elements: path
+    default: []
+  pip_check_exempt:
+    description:
+      - Requirement names whose C(pip check) lines (not installed, or another version) are tolerated and returned
+        as C(pip_check_tolerated); any other line fails the build. Part of the recipe.
+    type: list
+    elements: str
+    default: []
 author: [sglang-deploy]
 """
 
@@ -109,6 +131,7 @@ patches_applied: {description: Patches applied in the stage., type: list, return
 patch_form: {description: "The series' form - site (patch -p1), repository (python/... paths, patch -p2), or empty with no patches.", type: str, returned: when the build inputs are on the host}
 clone: {description: "Clone route only: repo (credentials stripped), commit, subdir, fetched (bool), fetch (depth1|full|'')", type: dict, returned: when clone_repo is given}
 adopted: {description: "The adoption's fact keys kept (method, source, adopted_from, ...) when an adopted venv is kept.", type: dict, returned: when an adopted venv is kept}
+pip_check_tolerated: {description: "pip check's lines about pip_check_exempt requirements (tolerated).", type: list, returned: when built}
 flag_schema: {description: "The stage's flag schema: sha256, sglang_version, options (count), module, path; {} when none was extracted.", type: dict, returned: always}
 """
 
@@ -139,6 +162,10 @@ def main():
             clone_dir=dict(type="path", default=""),
             clone_timeout=dict(type="int", default=1800),
             adopted_pin=dict(type="str", default=""),
+            wheelhouse=dict(type="path", default=""),
+            system_site_packages=dict(type="bool", default=False),
+            site_dirs=dict(type="list", elements="path", default=[]),
+            pip_check_exempt=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )

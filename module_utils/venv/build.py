@@ -32,15 +32,21 @@ from ansible.module_utils.venv.clone import CLONE_TIMEOUT, check_clone_inputs, c
 from ansible.module_utils.venv.flag_schema import extract_flag_schema, extractor
 from ansible.module_utils.venv.manifest import ManifestError, is_venv, read_json, scan, summary
 from ansible.module_utils.venv.namespace import in_namespace
+from ansible.module_utils.venv.pip_check import unexempted
 from ansible.module_utils.venv.patch import (PatchError, apply_series, read_series, series_form, series_hash,
                                               site_packages)
 from ansible.module_utils.venv.stage import StageError, paths, recover
 from ansible.module_utils.venv import lock as venv_lock
+from ansible.module_utils.venv.wheelhouse import pip_args as wheelhouse_pip_args
 
 SKIP_IN_TREE_HASH = ("__pycache__", "build", "dist", ".git", ".pytest_cache")
 # How the lock and what follows it are installed (part of the recipe: another install mode is another venv).
 LOCK_PIP_ARGS = ("--require-hashes", "--no-deps", "--only-binary", ":all:")
 LOCAL_PIP_ARGS = ("--no-deps", "--no-build-isolation")
+# image packages (venv_system_site_packages, venv_extra_site_dirs): a .pth in the venv's site-packages naming the image's own
+# site directories (a GPU image whose torch lives in a venv of its own, e.g. /opt/torch/.venv, is not the base
+# interpreter's "system" site); appended after the venv's site-packages, so what the lock installed wins
+SITE_DIRS_PTH = "sglang-deploy-image-site-dirs.pth"
 INSTALL_MODE = "lock: " + " ".join(LOCK_PIP_ARGS) + "; local, clone: " + " ".join(LOCAL_PIP_ARGS) + "; pip check"
 
 
@@ -77,9 +83,12 @@ def read_lock(lock: str) -> dict:
 
 
 def recipe(flavour: str, python: str, lock: str, local_packages: list[str], patch_dir: str,
-           patches: list[str], pip_args: list[str], schema_module: str = "", clone: dict | None = None) -> dict:
+           patches: list[str], pip_args: list[str], schema_module: str = "", clone: dict | None = None,
+           image: dict | None = None) -> dict:
     """The recipe parts and their hash. The lock counts by its canonical form (entries, markers, hashes, index
-    options; not its comments or line order)."""
+    options; not its comments or line order). image: system_site_packages, site_dirs, pip_check_exempt (what the venv
+    sees of the host's image and what pip check tolerates); the wheelhouse is not part of it (the lock's hashes decide
+    the bytes, not where pip found them)."""
     parsed = read_lock(lock)
     parts = {
         "flavour": flavour,
@@ -95,6 +104,9 @@ def recipe(flavour: str, python: str, lock: str, local_packages: list[str], patc
         parts["flag_schema"] = {"module": schema_module, "format": extractor().SCHEMA_FORMAT}
     if clone:  # absent on the pypi route: its recipes hash as they did before the clone route existed
         parts["clone"] = {k: clone[k] for k in ("repo", "commit", "subdir")}
+    for key, value in (image or {}).items():  # each absent while off: such recipes hash as they did before
+        if value:
+            parts[key] = sorted(value) if key == "pip_check_exempt" else value
     parts["recipe_hash"] = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return parts
 
@@ -111,8 +123,8 @@ def up_to_date(live: str, fact_path: str, recipe_hash: str, adopted: dict | None
         return not why, why or (f"adopted venv (from {fact.get('adopted_from')}) kept: unchanged since its "
                                 "adoption, verified for this flavour, pin, patch series and schema module"), info
     if fact.get("recipe_hash") != recipe_hash:
-        return False, ("recipe changed (lock, local packages, patches, python, flavour, install mode or flag "
-                       "schema module)"), info
+        return False, ("recipe changed (lock, local packages, patches, python, flavour, install mode, flag "
+                       "schema module or image site packages)"), info
     if fact.get("content_hash") != info["digest"]:
         return False, (f"live venv content {info['digest'][:12]} differs from the recorded "
                        f"{str(fact.get('content_hash'))[:12]} (files changed since the build)"), info
@@ -157,13 +169,17 @@ def _run(argv: list[str], env: dict, what: str, timeout: int) -> str:
 def build(live: str, python: str, lock: str, local_packages: list[str], patch_dir: str,
           patches: list[str], pip_args: list[str], import_names: list[str], env: dict | None = None,
           timeout: int = 3600, schema_module: str = "", clone_source: str = "", lock_entries: int = -1,
-          patch_strip: int = 1) -> dict:
+          patch_strip: int = 1, wheelhouse: str = "", system_site_packages: bool = False,
+          site_dirs: list[str] | tuple = (), pip_check_exempt: list[str] | tuple = ()) -> dict:
     """Build the stage for live: the lock (hash-checked, no dependency resolution, wheels only), then the local
     packages and clone_source (a checked-out fork's package directory) with --no-deps --no-build-isolation (their
     build backend is the lock's), pip check, patches applied, imports checked, flag schema extracted (unless
     schema_module is ""). No byte-code is written here (pip --no-compile, PYTHONDONTWRITEBYTECODE): venv_commit
     compiles the stage before the swap. lock_entries 0 (an empty lock) skips the lock step. The live path is
-    not touched (except that an empty directory is made there as the bind-mount point when no venv exists yet)."""
+    not touched (except that an empty directory is made there as the bind-mount point when no venv exists yet).
+    wheelhouse: every pip step gets --no-index --find-links <wheelhouse> (the hashes still apply).
+    system_site_packages: python -m venv --system-site-packages; site_dirs: the image's site directories appended
+    by a .pth (SITE_DIRS_PTH). pip_check_exempt: requirement names whose pip check lines are tolerated (pip_check.py)."""
     p = paths(live)
     recover(live)
     env = dict(os.environ if env is None else env)
@@ -176,10 +192,15 @@ def build(live: str, python: str, lock: str, local_packages: list[str], patch_di
     os.mkdir(p["stage"], 0o755)
     steps = []
     try:
-        _run(in_namespace(p["stage"], p["live"], [python, "-m", "venv", p["live"]]), env, "python -m venv", 600)
+        _run(in_namespace(p["stage"], p["live"], [python, "-m", "venv",
+                                                  *(["--system-site-packages"] if system_site_packages else []),
+                                                  p["live"]]), env, "python -m venv", 600)
         steps.append("venv")
+        if site_dirs:
+            with open(os.path.join(site_packages(p["stage"]), SITE_DIRS_PTH), "w", encoding="utf-8") as fh:
+                fh.write("".join(d + "\n" for d in site_dirs))
         pip = [os.path.join(p["live"], "bin", "python"), "-m", "pip", "install", "--no-input", "--no-compile",
-               *pip_args]
+               *pip_args, *wheelhouse_pip_args(wheelhouse)]
         if lock_entries != 0:
             # pip refuses any file whose sha256 the lock does not list and resolves nothing: a tampered or
             # substituted file fails here, naming the package, before anything is swapped
@@ -198,8 +219,7 @@ def build(live: str, python: str, lock: str, local_packages: list[str], patch_di
             steps.append("clone")
         # every installed distribution's requirements are met: a local package or fork needing something the lock
         # does not hold (they were installed with --no-deps) fails here, named by pip
-        _run([os.path.join(p["stage"], "bin", "python"), "-m", "pip", "check"], env,
-             "pip check (a requirement of an installed package is not in the lock)", 300)
+        tolerated = pip_check(p["stage"], env, pip_check_exempt)
         steps.append("pip_check")
         patched = (apply_series(site_packages(p["stage"]), patch_dir, patches, strip=patch_strip) if patches
                    else {"applied": []})
@@ -220,7 +240,23 @@ def build(live: str, python: str, lock: str, local_packages: list[str], patch_di
             except OSError:
                 pass
         raise
-    return {"stage": p["stage"], "steps": steps, "patches_applied": patched["applied"], "flag_schema": schema}
+    return {"stage": p["stage"], "steps": steps, "patches_applied": patched["applied"], "flag_schema": schema,
+            "pip_check_tolerated": tolerated}
+
+
+def pip_check(stage: str, env: dict, exempt: list[str] | tuple = ()) -> list[str]:
+    """pip check of the stage; BuildError on a line about a requirement outside exempt. Returns the tolerated lines."""
+    argv = [os.path.join(stage, "bin", "python"), "-m", "pip", "check"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, check=False, env=env, timeout=300)
+    except subprocess.TimeoutExpired as exc:
+        raise BuildError(f"pip check: timed out after 300s: {' '.join(argv)}") from exc
+    failing, tolerated = unexempted(out.stdout + out.stderr, exempt)
+    if out.returncode != 0 and (failing or not tolerated):
+        tail = "\n".join(failing)[-3000:] or (out.stdout + out.stderr).strip()[-3000:]
+        raise BuildError(f"pip check (a requirement of an installed package is not in the lock) failed "
+                         f"(rc={out.returncode}): {' '.join(argv)}\n{tail}")
+    return tolerated
 
 
 def check_against_lock(parsed: dict, trees: list[str], others: list[str]) -> None:
@@ -237,7 +273,8 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
                     fact_path: str, timeout: int = 3600, check_mode: bool = False, schema_module: str = "",
                     clone_repo: str = "", clone_commit: str = "", clone_subdir: str = "", clone_dir: str = "",
                     clone_timeout: int = CLONE_TIMEOUT, patch_packages: list[str] | tuple = (),
-                    adopted_pin: str = "") -> dict:
+                    adopted_pin: str = "", wheelhouse: str = "", system_site_packages: bool = False,
+                    site_dirs: list[str] | tuple = (), pip_check_exempt: list[str] | tuple = ()) -> dict:
     """What the venv_build module does: decide, then (unless check mode) build the stage. clone_repo given: the
     clone route (fetch clone_commit into clone_dir, install <clone_dir>/<clone_subdir>; no patch series).
     adopted_pin (dist==version the flavour pins): an adopted venv still verified for it is kept (adopted_kept)."""
@@ -271,8 +308,13 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
         if clone and patches:
             raise BuildError(f"the clone route builds the fork as it is at {clone_commit}: the patch series in "
                              f"{patch_dir} ({', '.join(patches)}) does not apply to it (the fork carries its patches)")
+        bad_dirs = [d for d in site_dirs if not os.path.isabs(d) or os.path.normpath(d) != d]
+        if bad_dirs:
+            raise BuildError(f"site_dirs must be absolute, normalised paths: {', '.join(bad_dirs)}")
+        image = {"system_site_packages": bool(system_site_packages), "site_dirs": list(site_dirs),
+                 "pip_check_exempt": list(pip_check_exempt)}
         parts = recipe(flavour, python, lock, local_packages, patch_dir, patches, pip_args, schema_module,
-                       clone=clone or None)
+                       clone=clone or None, image=image)
         adopted = {"flavour": flavour, "adopted_pin": "" if clone else adopted_pin,
                    "patch_series_hash": parts["patch_series_hash"], "adopted_schema_module": schema_module}
         ok, reason, live = up_to_date(path, fact_path, parts["recipe_hash"], adopted)
@@ -302,7 +344,9 @@ def build_if_needed(path: str, python: str, flavour: str, lock: str, local_packa
             check_against_lock(parsed, [clone_source], local_packages)  # the fork's backend and dependencies
         result.update(build(path, python, lock, local_packages, patch_dir, patches, pip_args,
                             import_names, timeout=timeout, schema_module=schema_module, clone_source=clone_source,
-                            lock_entries=len(parsed["entries"]), patch_strip=form["strip"]))
+                            lock_entries=len(parsed["entries"]), patch_strip=form["strip"], wheelhouse=wheelhouse,
+                            system_site_packages=system_site_packages, site_dirs=site_dirs,
+                            pip_check_exempt=pip_check_exempt))
         if clone:
             result["steps"].insert(0, "fetch")
         return result

@@ -6,10 +6,12 @@ own digest record (module_utils/venv/manifest.py) is written with it.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
 
+from ansible.module_utils.venv.build import SITE_DIRS_PTH
 from ansible.module_utils.venv.build_error import BuildError
 from ansible.module_utils.venv.flag_schema import FLAG_SCHEMA_NAME, read_flag_schema
 from ansible.module_utils.venv.manifest import is_venv, read_digest, read_json, write_digest
@@ -29,6 +31,25 @@ def venv_versions(venv: str, dist: str, module: str) -> dict:
     if out.returncode != 0:
         raise BuildError(f"{venv}/bin/python cannot report its versions: {out.stderr.strip()[-1000:]}")
     return json.loads(out.stdout)
+
+
+def image_packages(venv: str) -> dict:
+    """What the venv sees of the host's image, read from the venv itself (built, streamed or adopted alike):
+    {"system_site_packages": True} when its pyvenv.cfg says include-system-site-packages = true, and "site_dirs"
+    when it has the build's .pth of image site directories (module_utils/venv/build.py SITE_DIRS_PTH). {} for a
+    venv that sees only itself (the fact then has neither key, as before these knobs existed)."""
+    out: dict = {}
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as fh:
+            cfg = dict(line.split("=", 1) for line in fh if "=" in line)
+    except OSError:
+        cfg = {}
+    if {k.strip(): v.strip() for k, v in cfg.items()}.get("include-system-site-packages", "").lower() == "true":
+        out["system_site_packages"] = True
+    for pth in glob.glob(os.path.join(venv, "lib", "python*", "site-packages", SITE_DIRS_PTH)):
+        with open(pth, encoding="utf-8") as fh:
+            out["site_dirs"] = [line.strip() for line in fh if line.strip()]
+    return out
 
 
 def write_fact(fact_path: str, data: dict, check_mode: bool = False) -> bool:
@@ -58,6 +79,7 @@ def provenance(path: str, fact_path: str, content_hash: str, fields: dict, sglan
         raise BuildError(f"no venv at {path}")
     fact = dict(fields)
     fact.update(venv_versions(path, sglang_dist, sglang_module))
+    fact.update(image_packages(path))
     schema = read_flag_schema(os.path.join(path, FLAG_SCHEMA_NAME))
     fact.update({"content_hash": content_hash, "path": path, "flag_schema_sha256": schema.get("sha256", ""),
                  "flag_schema_sglang_version": schema.get("sglang_version", "")})

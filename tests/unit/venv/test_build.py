@@ -490,3 +490,61 @@ def test_an_adopted_venv_is_kept_while_verified_for_the_recipe_and_unchanged(tmp
     (live / "bin/extra").write_text("x")
     ok, why, _ = up_to_date(str(live), str(tmp_path / "fact"), "r", want)
     assert not ok and "changed since its adoption" in why
+
+
+def test_recipe_hash_tracks_the_image_packages_not_the_wheelhouse(tmp_path):
+    """venv_system_site_packages, venv_extra_site_dirs and venv_pip_check_exempt are part of the recipe (a change rebuilds);
+    off, the recipe hashes as before they existed. The wheelhouse is not (the lock's hashes decide the bytes)."""
+    req, pkg, patches = inputs(tmp_path)
+    args = ("lab", sys.executable, str(req), [str(pkg)], str(patches), [], [])
+    base = vb.recipe(*args)
+    off = {"system_site_packages": False, "site_dirs": [], "pip_check_exempt": []}
+    assert vb.recipe(*args, image=off)["recipe_hash"] == base["recipe_hash"]
+    variants = [vb.recipe(*args, image=dict(off, system_site_packages=True)),
+                vb.recipe(*args, image=dict(off, site_dirs=["/opt/torch/.venv/lib/python3.12/site-packages"])),
+                vb.recipe(*args, image=dict(off, pip_check_exempt=["timm"]))]
+    assert len({v["recipe_hash"] for v in variants} | {base["recipe_hash"]}) == 4
+    assert variants[0]["system_site_packages"] is True and "system_site_packages" not in base
+    assert vb.recipe(*args, image=dict(off, pip_check_exempt=["b", "a"]))["pip_check_exempt"] == ["a", "b"]
+
+
+def test_site_dirs_must_be_absolute_and_normalised(tmp_path):
+    lock = lock_for(tmp_path / "lock.txt")
+    (tmp_path / "p").mkdir()
+    with pytest.raises(BuildError, match="site_dirs must be absolute, normalised paths: relative/site"):
+        vb.build_if_needed(**_build_kw(tmp_path, lock, site_dirs=["relative/site"]))
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and mount namespaces")
+def test_wheelhouse_build_contacts_no_index_and_sees_the_image(tmp_path, monkeypatch):
+    """A lock without any index line, the wheels in a host directory, pip's index pointed at a closed loopback port:
+    the build installs from the wheelhouse alone. System site packages and an image site directory (.pth) make the
+    image's packages importable; pip check tolerates only the exempt requirement; provenance reads it from the venv."""
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # discard port: nothing listens
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    house = tmp_path / "wheelhouse"
+    needy = tiny_wheel(house, "needy", "1.0", extra={"needy-1.0.dist-info/METADATA": (
+        "Metadata-Version: 2.1\nName: needy\nVersion: 1.0\nRequires-Dist: notcarried\n")})
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"needy==1.0 --hash=sha256:{hashlib.sha256(needy.read_bytes()).hexdigest()}\n")
+    image = tmp_path / "image-site"
+    (image / "imagepkg").mkdir(parents=True)
+    (image / "imagepkg/__init__.py").write_text("WHERE = 'image'\n")
+    (tmp_path / "p").mkdir()
+    kw = _build_kw(tmp_path, lock, wheelhouse=str(house), system_site_packages=True, site_dirs=[str(image)],
+                   import_names=["needy", "imagepkg"])
+    with pytest.raises(BuildError, match="needy 1.0 requires notcarried, which is not installed"):
+        vb.build_if_needed(**kw)  # not exempt: pip check fails the build
+    r = vb.build_if_needed(**dict(kw, pip_check_exempt=["notcarried"]))
+    assert r["steps"] == ["venv", "lock", "pip_check", "patches", "imports"]
+    assert r["pip_check_tolerated"] == ["needy 1.0 requires notcarried, which is not installed."]
+    assert r["recipe"]["system_site_packages"] is True and r["recipe"]["site_dirs"] == [str(image)]
+    stage = Path(r["stage"])
+    assert "include-system-site-packages = true" in (stage / "pyvenv.cfg").read_text()
+    c = vs.commit(kw["path"])
+    live = Path(kw["path"])
+    out = subprocess.run([str(live / "bin/python"), "-c", "import imagepkg, needy; print(imagepkg.WHERE)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "image"
+    _, prov = vp.provenance(str(live), str(tmp_path / "p.fact"), c["digest"], {}, "needy", "needy")
+    assert prov["system_site_packages"] is True and prov["site_dirs"] == [str(image)]

@@ -10,11 +10,12 @@ from ansible.module_utils.venv import lock as vl
 
 ROOT = Path(__file__).resolve().parents[3]
 FILES = ROOT / "roles/venv/files"
-FLAVOURS = ["lab", "ddtree", "upstream"]
+FLAVOURS = ["lab", "ddtree", "upstream"]          # resolved by uv against PyPI
+WHEELHOUSE_FLAVOURS = ["image-torch-0511"]          # locked from a bundle's wheels (LOCK_WHEELHOUSE)
 H1, H2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("flavour", FLAVOURS + WHEELHOUSE_FLAVOURS)
 def test_each_shipped_lock_is_full_and_made_from_the_shipped_pins(flavour):
     lock = vl.read(str(FILES / f"locks/{flavour}.txt"))
     assert lock["entries"] and all(e["hashes"] and e["version"] for e in lock["entries"])
@@ -161,3 +162,45 @@ def test_a_host_python_older_than_the_lock_is_refused_naming_it_the_need_and_the
     # a streamed venv: the target's interpreter must be the source's major.minor
     assert "made with Python 3.12.3" in vl.python_problem("3.11.2", "3.11", "/usr/bin/python3", same_as="3.12.3")
     assert vl.python_problem("3.12.1", "3.11", "/usr/bin/python3", same_as="3.12.3") == ""
+
+
+def test_the_wheelhouse_lock_is_exactly_the_pins_one_wheel_each_for_the_images_python():
+    """image-torch-0511: one line per wheel of the bundle (name==version, the sha256 of that file), exactly the
+    flavour's pins (the one list stage.sh downloads), CPython 3.12 from the wheels' tags; no torch (the image's)."""
+    text = (FILES / "locks/image-torch-0511.txt").read_text()
+    lock = vl.read(str(FILES / "locks/image-torch-0511.txt"))
+    pins = dict(re.findall(r"^([A-Za-z0-9._-]+)==(\S+)$", (FILES / "requirements/image-torch-0511.txt").read_text(),
+                           re.M))
+    assert {e["name"]: e["version"] for e in lock["entries"]} == {vl.canonical_name(n): v for n, v in pins.items()}
+    assert all(len(e["hashes"]) == 1 and not e["marker"] for e in lock["entries"]) and not lock["options"]
+    assert lock["header"]["python"] == "3.12" and "# resolver: wheelhouse" in text
+    assert {"sglang", "sglang-kernel"} <= set(lock["names"]) and "torch" not in lock["names"]
+    assert vl.pinned_version(lock, "sglang") == "0.5.11"
+
+
+def test_lock_sh_wheelhouse_mode_locks_the_files_and_refuses_a_wheelhouse_that_is_not_the_pins(tmp_path):
+    import shutil
+    import subprocess
+    files = tmp_path / "files"
+    shutil.copytree(FILES / "locks", files / "locks")
+    (files / "requirements").mkdir()
+    (files / "requirements/tiny.txt").write_text("# pins\nsix==1.17.0\nPyYAML==6.0.3\n")
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "six-1.17.0-py2.py3-none-any.whl").write_bytes(b"six")
+    (house / "pyyaml-6.0.3-cp312-cp312-manylinux_2_17_x86_64.whl").write_bytes(b"yaml")
+    run = lambda: subprocess.run(["bash", str(files / "locks/lock.sh"), "tiny"], capture_output=True, text=True,
+                                 env={"PATH": "/usr/bin:/bin", "LOCK_WHEELHOUSE": str(house)}, timeout=60)
+    out = run()
+    assert out.returncode == 0, out.stderr
+    lock = vl.read(str(files / "locks/tiny.txt"))
+    assert [(e["name"], e["version"], e["hashes"]) for e in lock["entries"]] == [
+        ("pyyaml", "6.0.3", ["sha256:" + hashlib.sha256(b"yaml").hexdigest()]),
+        ("six", "1.17.0", ["sha256:" + hashlib.sha256(b"six").hexdigest()])]
+    assert lock["header"]["python"] == "3.12"
+    vl.check_input(lock, str(files / "requirements/tiny.txt"))
+    (house / "idna-3.10-py3-none-any.whl").write_bytes(b"idna")
+    (house / "six-1.17.0-py2.py3-none-any.whl").unlink()
+    out = run()
+    assert out.returncode != 0 and "no wheel of six==1.17.0" in out.stderr
+    assert "idna-3.10-py3-none-any.whl is not a pin of requirements/tiny.txt" in out.stderr

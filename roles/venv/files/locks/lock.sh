@@ -17,6 +17,12 @@
 #                        --extra-index-url line, so the host's pip finds those files (their hashes are in the lock)
 #   LOCK_PYTHON          lowest CPython the lock serves (default 3.11; the universal resolution covers newer ones)
 #   LOCK_TARGETS         "platform:python ..." proven installable (uv --python-platform values)
+#   LOCK_WHEELHOUSE      a directory of wheels: lock exactly those files instead of resolving against an index
+#                        (a flavour whose wheels are not PyPI's bytes, e.g. image-torch-0511's trimmed sgl_kernel):
+#                        one line per wheel, name==version with the sha256 of that file; every name==version pin of
+#                        the input must have its wheel there and every wheel must be a pin (the input is the one list).
+#                        The resolver header says "wheelhouse" and the CPython of the wheels' cpXY tags (else
+#                        LOCK_PYTHON). No uv, no index.
 set -euo pipefail
 
 UV_VERSION=0.13.9
@@ -30,6 +36,57 @@ targets=${LOCK_TARGETS:-"x86_64-manylinux_2_36:3.11 aarch64-manylinux_2_36:3.11 
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/venv-lock.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+
+if [ -n "${LOCK_WHEELHOUSE:-}" ]; then
+    [ $# -ge 1 ] || { echo "lock.sh: LOCK_WHEELHOUSE needs the flavour(s) to lock" >&2; exit 2; }
+    for flavour in "$@"; do
+        input=requirements/$flavour.txt
+        [ -f "$files/$input" ] || { echo "lock.sh: no $files/$input" >&2; exit 2; }
+        python3 - "$LOCK_WHEELHOUSE" "$files" "$input" "$flavour" "${LOCK_PYTHON:-}" > "$work/$flavour.txt" <<'PY'
+import hashlib, os, re, sys
+wheelhouse, files, input_path, flavour, python = sys.argv[1:]
+canon = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+pins = {}
+for line in open(os.path.join(files, input_path), encoding="utf-8"):
+    m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ ;#]+)$", line.strip())
+    if m:
+        pins[canon(m.group(1))] = m.group(2)
+wheels, tags = {}, set()
+for name in sorted(os.listdir(wheelhouse)):
+    m = re.match(r"^([^-]+)-([^-]+)(?:-\d[^-]*)?-([^-]+)-[^-]+-[^-]+\.whl$", name)
+    if not m:
+        continue
+    key = canon(m.group(1))
+    if key in wheels:
+        sys.exit(f"lock.sh: {wheelhouse} has two wheels of {key}: {wheels[key][1]}, {name} (one file a package)")
+    with open(os.path.join(wheelhouse, name), "rb") as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    wheels[key] = (m.group(2), name, digest)
+    tags.update(re.findall(r"cp3(\d+)", m.group(3)))
+problems = [f"no wheel of {n}=={v}" for n, v in sorted(pins.items()) if n not in wheels]
+problems += [f"{w[1]} is not the pin {n}=={pins[n]}" for n, w in sorted(wheels.items()) if n in pins and w[0] != pins[n]]
+problems += [f"{w[1]} is not a pin of {input_path}" for n, w in sorted(wheels.items()) if n not in pins]
+if problems or not pins:
+    sys.exit(f"lock.sh: {flavour}: {wheelhouse} does not hold exactly the pins of {input_path}: "
+             + ("; ".join(problems) or "the input pins nothing"))
+python = python or (f"3.{max(int(t) for t in tags)}" if tags else "3.11")
+with open(os.path.join(files, input_path), "rb") as fh:
+    input_sha = hashlib.sha256(fh.read()).hexdigest()
+print(f"# Full lock of the {flavour} venv flavour: every package pip installs into the venv, one exact version, the sha256")
+print("# of the one wheel of it in the flavour's wheelhouse. Installed with pip install --require-hashes --no-deps")
+print("# --only-binary :all: (with venv_wheelhouse: --no-index --find-links). Generated, never edited by hand:")
+print(f"#     LOCK_WHEELHOUSE=<the wheels> roles/venv/files/locks/lock.sh {flavour}")
+print(f"# input: {input_path} sha256={input_sha}")
+print(f"# resolver: wheelhouse (one line per wheel file: name==version, --hash of that file) --python-version {python},")
+print(f"#   {len(wheels)} wheels")
+for key, (version, name, digest) in sorted(wheels.items()):
+    print(f"{key}=={version} \\\n    --hash=sha256:{digest}\n    # {name}")
+PY
+        mv "$work/$flavour.txt" "$here/$flavour.txt"
+        echo "lock.sh: $here/$flavour.txt: $(grep -c '^[A-Za-z0-9]' "$here/$flavour.txt") packages (wheelhouse)"
+    done
+    exit 0
+fi
 
 uv=${UV:-}
 if [ -z "$uv" ]; then
