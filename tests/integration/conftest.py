@@ -106,6 +106,30 @@ def lab(request, _lab_registry) -> Lab:
     return lab
 
 
+# The lab venv and the lab drafter's config (the service scenario's prepare.yml), which every module that serves
+# starts from. Several modules of one lab each need it (the service lab: test_compile_cache, test_service and
+# test_service_home, one after the other in one worker): it runs once per boot of the lab's hosts (their nspawn pids
+# key it), so a module that runs alone, or after its lab was taken down and brought up again, still gets it; on a lab
+# that ran it already, a rerun would change nothing (the venv role's idempotence is its molecule scenario's).
+SERVICE_PREPARE = "roles/sglang_service/molecule/default/prepare.yml"
+_prepared: dict[str, tuple] = {}
+
+
+def _boot_of(lab: Lab) -> tuple:
+    return tuple(sorted((name, host.get("pid")) for name, host in lab.state().get("hosts", {}).items()))
+
+
+@pytest.fixture(scope="module")
+def lab_prepared(lab) -> Lab:
+    """`lab`, with SERVICE_PREPARE run on all its hosts since they booted (run here unless it already was)."""
+    boot = _boot_of(lab)
+    if _prepared.get(lab.name) != boot:
+        prep = run_playbook(lab, SERVICE_PREPARE)
+        assert prep.rc == 0, prep.stdout[-3000:]
+        _prepared[lab.name] = boot
+    return lab
+
+
 @pytest.fixture
 def playbook(lab):
     """`playbook("playbooks/x.yml", limit=..., ...)` -> PlaybookRun against this module's lab."""
