@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LAB_NAME = "service"
 B300, CT200 = "b300-lab", "ct200-lab"
 HOSTS = (B300, CT200)
-PREPARE = "roles/sglang_service/molecule/default/prepare.yml"
 SERVICE = "playbooks/service.yml"
 HOME = "/var/lib/sglang"
 STAGE = "/var/cache/sglang-compile-cache"
@@ -83,9 +82,7 @@ def home_files(lab, host: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def published(lab, store):
-    prep = run_playbook(lab, PREPARE)
-    assert prep.rc == 0, prep.stdout[-3000:]
+def published(lab, lab_prepared, store):
     for host in HOSTS:  # a clean start: no cache, no record (the lab may be reused)
         lab.ssh(host, f"rm -rf {HOME}/.triton {HOME}/.cache {HOME}/.nv {HOME}/{RECORD_NAME}", check=False)
     run = service(lab, store, limit=None, full=True)

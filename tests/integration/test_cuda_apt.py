@@ -149,6 +149,49 @@ def test_apt_route_installs_the_pinned_toolkit_and_is_idempotent(lab, playbook, 
     assert lab.ssh(HOST, "dpkg-query -W -f='${Version}' cuda-toolkit-13-0").stdout == "13.0.2-1"
 
 
+def test_component_upgraded_behind_the_pin_is_named_and_refused_not_downgraded(lab, playbook, repo):
+    """The meta package stays at its pin while a component drifts to a newer version (its `>=` dependency still
+    holds): verify names it; the next run (and its check mode) refuses at preflight naming the versions, changing
+    nothing; only cuda_apt_allow_downgrade puts it back.
+
+    It starts from the pinned toolkit of the Debian path, installed by the apt route: the test above ends there (its
+    last run put the pins back), and a full install from a clean host is that test's subject, so it is not paid twice;
+    run alone (or after a test that left anything else), the toolkit is installed here first."""
+    pinned_set = {"cuda-toolkit-13-0": "13.0.2-1", **repo.info["components"]}
+    debian_source = f"/etc/apt/sources.list.d/{repo.info['paths'][native_path(repo.info)]['source_list']}"
+    if installed(lab, *PACKAGES) != pinned_set or lab.ssh(HOST, f"test -e {debian_source}", check=False).returncode:
+        lab.ssh(HOST, CLEAN)
+        first = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info))
+        assert first.rc == 0, first.failures()
+    name = "cuda-nvcc-13-0"
+    pinned, newer = repo.info["components"][name], repo.info["decoys"][name]
+    lab.ssh(HOST, f"apt-get install -y -qq {name}={newer} >/dev/null")
+    assert installed(lab, "cuda-toolkit-13-0", name) == {"cuda-toolkit-13-0": "13.0.2-1", name: newer}
+
+    checked = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), tags="cuda_verify")
+    assert checked.rc != 0
+    res = checked.result(VERIFY_PINS, HOST)
+    assert res["_event"] == "runner_on_failed", res
+    assert f"{name} installed {newer}, pinned {pinned}" in res["msg"] and "1 of the 4 pinned packages" in res["msg"]
+    assert f"{name} newer than the pin: the next run refuses rather than downgrade" in res["msg"]
+
+    for check in (True, False):
+        run = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), check=check)
+        assert run.rc != 0
+        res = run.result(NO_DOWNGRADE, HOST)
+        assert res["_event"] == "runner_on_failed", res
+        assert f"{name} installed {newer}, pinned {pinned}" in res["msg"] and "Nothing was changed" in res["msg"]
+        assert "cuda_apt_allow_downgrade" in res["msg"] and INSTALL not in run.task_names()
+        assert installed(lab, name) == {name: newer}   # nothing downgraded
+
+    again = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info, cuda_apt_allow_downgrade=True))
+    assert again.rc == 0, again.failures()
+    assert again.result(INSTALL, HOST).get("changed") is True
+    assert again.result(VERIFY_PINS, HOST)["_event"] == "runner_on_ok"
+    assert installed(lab, *PACKAGES) == {"cuda-toolkit-13-0": "13.0.2-1", **repo.info["components"]}
+    assert "release 13.0, V13.0.88" in lab.ssh(HOST, "bash -lc 'nvcc --version'").stdout
+
+
 def test_ubuntu_2404_host_is_served_from_the_ubuntu2404_path(lab, playbook, repo, os_release):
     """NEW: a host whose /etc/os-release says Ubuntu 24.04 gets <base>/ubuntu2404/<arch>/ (and nothing else)."""
     lab.ssh(HOST, CLEAN)   # the keyring of another path would be kept by dpkg (same package version)
@@ -196,39 +239,3 @@ def test_unknown_distribution_is_refused_at_preflight_before_any_change(lab, pla
     assert after == before and "cuda" not in after
     state = lab.ssh(HOST, "ls /var/cache/cuda-keyring; dpkg -s cuda-keyring", check=False)
     assert "No such file" in state.stderr and "is not installed" in state.stderr
-
-
-def test_component_upgraded_behind_the_pin_is_named_and_refused_not_downgraded(lab, playbook, repo):
-    """The meta package stays at its pin while a component drifts to a newer version (its `>=` dependency still
-    holds): verify names it; the next run (and its check mode) refuses at preflight naming the versions, changing
-    nothing; only cuda_apt_allow_downgrade puts it back."""
-    lab.ssh(HOST, CLEAN)
-    first = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info))
-    assert first.rc == 0, first.failures()
-    name = "cuda-nvcc-13-0"
-    pinned, newer = repo.info["components"][name], repo.info["decoys"][name]
-    lab.ssh(HOST, f"apt-get install -y -qq {name}={newer} >/dev/null")
-    assert installed(lab, "cuda-toolkit-13-0", name) == {"cuda-toolkit-13-0": "13.0.2-1", name: newer}
-
-    checked = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), tags="cuda_verify")
-    assert checked.rc != 0
-    res = checked.result(VERIFY_PINS, HOST)
-    assert res["_event"] == "runner_on_failed", res
-    assert f"{name} installed {newer}, pinned {pinned}" in res["msg"] and "1 of the 4 pinned packages" in res["msg"]
-    assert f"{name} newer than the pin: the next run refuses rather than downgrade" in res["msg"]
-
-    for check in (True, False):
-        run = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info), check=check)
-        assert run.rc != 0
-        res = run.result(NO_DOWNGRADE, HOST)
-        assert res["_event"] == "runner_on_failed", res
-        assert f"{name} installed {newer}, pinned {pinned}" in res["msg"] and "Nothing was changed" in res["msg"]
-        assert "cuda_apt_allow_downgrade" in res["msg"] and INSTALL not in run.task_names()
-        assert installed(lab, name) == {name: newer}   # nothing downgraded
-
-    again = playbook("playbooks/cuda.yml", limit=HOST, extravars=apt_vars(repo.info, cuda_apt_allow_downgrade=True))
-    assert again.rc == 0, again.failures()
-    assert again.result(INSTALL, HOST).get("changed") is True
-    assert again.result(VERIFY_PINS, HOST)["_event"] == "runner_on_ok"
-    assert installed(lab, *PACKAGES) == {"cuda-toolkit-13-0": "13.0.2-1", **repo.info["components"]}
-    assert "release 13.0, V13.0.88" in lab.ssh(HOST, "bash -lc 'nvcc --version'").stdout

@@ -16,7 +16,6 @@ from tests.helpers.playbook import run_playbook
 ROOT = Path(__file__).resolve().parents[2]
 LAB_NAME = "service"
 B300, CT200 = "b300-lab", "ct200-lab"
-PREPARE = "roles/sglang_service/molecule/default/prepare.yml"
 SERVICE = "playbooks/service.yml"
 RESTART_TASK = "Restart sglang service"
 FAST = {"SGLANG_STANDIN_LOAD_S": "1", "SGLANG_STANDIN_WARMUP_S": "0.5"}
@@ -56,9 +55,7 @@ def test_molecule_scenario_of_the_bench_role_on_this_lab(lab, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def deployed(lab):
-    prep = run_playbook(lab, PREPARE)
-    assert prep.rc == 0, prep.stdout[-3000:]
+def deployed(lab, lab_prepared):
     run = service(lab, limit=None, full=True)
     assert run.rc == 0, run.stdout[-4000:]
     return run

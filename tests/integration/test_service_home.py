@@ -18,7 +18,6 @@ LAB_NAME = "service"
 B300, CT200 = "b300-lab", "ct200-lab"
 PM, FM = "nvidia-persistenced.service", "nvidia-fabricmanager.service"
 HOME = "/var/lib/sglang"
-PREPARE = "roles/sglang_service/molecule/default/prepare.yml"
 SERVICE = "playbooks/service.yml"
 FAST = {"SGLANG_STANDIN_LOAD_S": "1", "SGLANG_STANDIN_WARMUP_S": "0.5", "SGLANG_STANDIN_COMPILE_S": "0.2"}
 UNIT_TASK = "Systemd unit"
@@ -52,9 +51,7 @@ def set_fm(lab, mode: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def deployed(lab):
-    prep = run_playbook(lab, PREPARE)
-    assert prep.rc == 0, prep.stdout[-3000:]
+def deployed(lab, lab_prepared):
     run = run_playbook(lab, SERVICE, extravars={"sglang_service_env_overrides": FAST})
     assert run.rc == 0, run.failures()
     return run
