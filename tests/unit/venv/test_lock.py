@@ -204,3 +204,13 @@ def test_lock_sh_wheelhouse_mode_locks_the_files_and_refuses_a_wheelhouse_that_i
     out = run()
     assert out.returncode != 0 and "no wheel of six==1.17.0" in out.stderr
     assert "idna-3.10-py3-none-any.whl is not a pin of requirements/tiny.txt" in out.stderr
+
+
+def test_the_image_flavour_carries_the_executables_its_jit_runs():
+    # On the image the venv sees the image's packages through a .pth, so pip check is satisfied by the image's ninja;
+    # but FlashInfer's JIT runs the `ninja` EXECUTABLE from PATH (flashinfer/jit/cpp_ext.py run_ninja), and the unit's
+    # PATH has the venv's bin, not the image venv's. The H200 rehearsal's first real start died there
+    # (FileNotFoundError: 'ninja' in flashinfer's rmsnorm JIT): the venv must hold the executable itself.
+    lock = vl.parse((ROOT / "roles/venv/files/locks/image-torch-0511.txt").read_text())
+    names = {e["name"] for e in lock["entries"]}
+    assert "ninja" in names
