@@ -4,15 +4,22 @@ while both workers change their speculative config; a bad config on the second h
 the router keeps serving; rolls that would break the minimum of healthy workers, and a router without workers, are
 refused before any host changes. With the monitoring role on router1 (its scenario, hosted here): a worker killed with
 kill -9 under the client stream fires its alert, delivered to a webhook receiver on the controller with host and
-group, and resolved once systemd has the worker back."""
+group, and resolved once systemd has the worker back; the stand-in's acceptance lowered on one worker at run time
+(its SGLANG_STANDIN_ACCEPT_FILE knob) fires the accept-length drift alert for that worker alone, against the floor of
+the lab's applied proposal, delivered with host and group, and resolved once the knob is put back."""
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
+from ansible.module_utils.monitoring.rules import proposal_floor
 
 from lab.host_sets import ROUTER_LAB_HOSTS
 from lab.lab import Lab
@@ -104,8 +111,14 @@ def roll(lab, apply: dict, **extra):
     return play(lab, ROLLING, extravars={"rolling_apply": apply, **extra}, timeout=1200)
 
 
+# Prose answers of 24 tokens (the stand-in's pseudo-text): 8 verify steps of the lab's DDTREE b8 k4, accept length
+# 2.875 as the lab proposal measured for chat (a one-token capital answer is a step of 1.0, under any floor).
+PROMPT = "tell me about the harbour town"
+
+
 def load(lab) -> Load:
-    return Load(f"http://{address(lab, ROUTER)}:{ROUTER_PORT}", KEY, concurrency=4, max_seconds=600).start()
+    return Load(f"http://{address(lab, ROUTER)}:{ROUTER_PORT}", KEY, concurrency=4, max_seconds=600,
+                prompt=PROMPT).start()
 
 
 MONITORING = "roles/monitoring/molecule/default"
@@ -163,6 +176,127 @@ def test_a_killed_worker_fires_its_alert_delivered_with_host_and_group_and_resol
     while router_workers(lab) != {worker_url(lab, h): "ready" for h in WORKERS} and time.monotonic() < deadline:
         time.sleep(1)
     assert router_workers(lab) == {worker_url(lab, h): "ready" for h in WORKERS}
+
+
+LAB_PROPOSAL = ROOT / "tests/fixtures/monitoring/lab-proposal.yml"  # group_vars/lab/monitoring.yml monitoring_proposal
+ACCEPT_FILE = "/var/lib/sglang-standin/accept.json"  # group_vars/lab/sglang_service.yml sglang_service_env_lab
+# Every class's per-draft-token acceptance on the victim: the lab's DDTREE b8 k4 then accepts 1.94 tokens a step
+# (lab/sglang_standin engine.expected_accept_length), below the floor (2.591) and above the collapse threshold (1.1).
+DRIFT_P = 0.2
+DRIFT = "SpeculativeAcceptanceBelowFloor"
+
+
+def set_acceptance(lab, host: str, knob: dict) -> None:
+    """The stand-in's run-time acceptance knob on `host`, written atomically (a temporary file, then a rename): the
+    stand-in reads it on every request; {} is the start-up model."""
+    tmp = f"{ACCEPT_FILE}.tmp"
+    lab.ssh(host, f"install -d -m 0755 {Path(ACCEPT_FILE).parent} && printf %s {shlex.quote(json.dumps(knob))} > {tmp}"
+                  f" && chmod 0644 {tmp} && mv -f {tmp} {ACCEPT_FILE}")
+
+
+def prometheus(lab, path: str, **params) -> dict:
+    """Prometheus' HTTP API on router1 (it listens on the lab bridge too: roles/monitoring etc/default/prometheus)."""
+    url = f"http://{address(lab, ROUTER)}:9090{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body = json.loads(resp.read())
+    assert body.get("status") == "success", body
+    return body["data"]
+
+
+def accept_now(lab) -> dict:
+    """{host: the accept length averaged over the drift window}, as the rule computes it (evidence)."""
+    window = yaml.safe_load((ROOT / "group_vars/lab/monitoring.yml").read_text())["monitoring_rule_settings"][
+        "drift_window"]
+    query = f'avg by (host) (avg_over_time(sglang:spec_accept_length{{job="sglang"}}[{window}]))'
+    return {r["metric"].get("host"): round(float(r["value"][1]), 3)
+            for r in prometheus(lab, "/api/v1/query", query=query)["result"]}
+
+
+def test_lowered_acceptance_on_one_worker_fires_the_drift_alert_for_it_alone_delivered_and_resolved(monitored, lab):
+    """The floor comes from the lab's applied proposal (tests/fixtures/monitoring/lab-proposal.yml through
+    monitoring_proposal: 0.9 x the lowest accept length its winner measured), the drift window and `for:` are the lab's
+    (group_vars/lab/monitoring.yml: 20s and 25s). Under a steady client stream through the router (the rule counts a
+    worker only while it generates), serve1's acceptance is lowered with the stand-in's run-time knob: the drift alert
+    fires for serve1 alone, Alertmanager delivers it to the webhook with host, group and the runbook; the knob put
+    back, its resolution is delivered. From a quiet fleet on (waited for: an earlier test may leave a restarted worker),
+    Prometheus' ALERTS show nothing else firing and serve2's drift rule not even pending (a collapse rule pending on a
+    worker idle since its start is tolerated: it cannot fire on that). The times from the knob's writes to the
+    deliveries are recorded."""
+    victim, healthy = WORKERS
+    floor, _ = proposal_floor(yaml.safe_load(LAB_PROPOSAL.read_text()), "nvlink", 0.9)  # rules.py DEFAULTS floor_margin
+    rules = [r for g in prometheus(lab, "/api/v1/rules")["groups"] for r in g["rules"] if r["name"] == DRIFT]
+    assert len(rules) == 1 and f"< {floor['accept_floor']}" in rules[0]["query"], (floor, rules)
+    is_victim = lambda a: a["labels"].get("alertname") == DRIFT and a["labels"].get("host") == victim  # noqa: E731
+
+    def evidence(what):
+        return (f"{what}\nprometheus alerts: {json.dumps(prometheus(lab, '/api/v1/alerts')['alerts'])[:3000]}"
+                f"\naccept length over the drift window: {accept_now(lab)} (floor {floor['accept_floor']})")
+
+    with Receiver(lab.state()["gateway"], WEBHOOK_PORT) as receiver:
+        stream = load(lab)
+        try:
+            stream.wait_for(20)
+            # A quiet fleet first (an earlier test may have left a restarted worker): both workers in the router's
+            # ready set, both generating above the floor, no alert active but a pending collapse (see below).
+            deadline = time.monotonic() + 120
+            while True:
+                now, active = accept_now(lab), [
+                    (a["labels"].get("alertname"), a["labels"].get("host"), a["state"])
+                    for a in prometheus(lab, "/api/v1/alerts")["alerts"]
+                    if (a["labels"].get("alertname"), a["state"]) != ("SpeculativeAcceptanceCollapsed", "pending")]
+                if len(now) == 2 and min(now.values()) > floor["accept_floor"] and not active \
+                        and router_workers(lab) == {worker_url(lab, h): "ready" for h in WORKERS}:
+                    break
+                assert time.monotonic() < deadline, evidence(f"the fleet never got quiet: active {active}")
+                time.sleep(1)
+            before, started = now, time.monotonic()
+            set_acceptance(lab, victim, {"*": DRIFT_P})
+            lowered = time.monotonic()
+            try:
+                fired_at, fired = receiver.wait_for(lambda a: is_victim(a) and a["status"] == "firing", timeout=90)
+            except AssertionError as exc:
+                raise AssertionError(evidence(exc)) from None
+            during = accept_now(lab)
+            set_acceptance(lab, victim, {})
+            restored = time.monotonic()
+            try:
+                resolved_at, resolved = receiver.wait_for(lambda a: is_victim(a) and a["status"] == "resolved",
+                                                          timeout=90)
+            except AssertionError as exc:
+                raise AssertionError(evidence(exc)) from None
+        finally:
+            set_acceptance(lab, victim, {})
+            summary = stream.stop()
+        span = int(time.monotonic() - started)  # ALERTS since the fleet was quiet (nothing but a pending collapse)
+        alerts = prometheus(lab, "/api/v1/query", query=f"max_over_time(ALERTS[{span}s])")["result"]
+        seen = sorted({(a["metric"].get("alertname"), a["metric"].get("host"), a["metric"].get("alertstate"))
+                       for a in alerts})
+        # what came to the webhook since then (a resolution of an earlier test's alert may still arrive: not counted)
+        delivered = sorted({(a["labels"].get("alertname"), a["labels"].get("host"), a["status"])
+                            for t, a in receiver.alerts() if t >= started and (a["status"] == "firing" or is_victim(a))})
+    report = {"floor": floor["accept_floor"], "knob": {"*": DRIFT_P},
+              "accept_length": {"before": before, "firing": during},
+              "knob_to_firing_delivered_s": round(fired_at - lowered, 1),
+              "restore_to_resolved_delivered_s": round(resolved_at - restored, 1),
+              "fired_labels": fired["labels"], "alerts_seen": seen, "delivered": delivered,
+              "requests": {k: summary[k] for k in ("sent", "failed", "by_worker")}, "quiet_to_resolved_s": span}
+    print("\ndrift alert:", json.dumps(report))
+    (ROOT / "results").mkdir(exist_ok=True)
+    (ROOT / "results" / "rolling-drift-alert.json").write_text(json.dumps(report, indent=2))
+    assert fired["labels"]["group"] == "nvlink" and fired["labels"]["severity"] == "warning", fired
+    assert victim in fired["annotations"]["summary"] and str(floor["accept_floor"]) in fired["annotations"]["summary"]
+    assert fired["annotations"]["runbook"], fired
+    assert resolved["labels"] == fired["labels"]
+    assert during[victim] < floor["accept_floor"] < during[healthy], during
+    assert summary["failed"] == 0, summary["failures"]
+    assert all(summary["by_worker"].get(worker_url(lab, h), 0) > 0 for h in WORKERS), summary  # both generated
+    # Nothing else fired; the healthy worker's drift rule was not even pending. Pending is allowed to the collapse rule
+    # alone: a worker started and left idle holds spec_accept_length 0 (no decode window logged yet), so its 5m
+    # average under the new load sits below 1.1 for a while; its `for:` equals its window, so it cannot fire on that.
+    assert {(name, host) for name, host, state in seen if state == "firing"} == {(DRIFT, victim)}, seen
+    assert {(name, host) for name, host, _ in seen} <= {(DRIFT, victim), ("SpeculativeAcceptanceCollapsed", healthy),
+                                                         ("SpeculativeAcceptanceCollapsed", victim)}, seen
+    assert {(name, host) for name, host, _ in delivered} == {(DRIFT, victim)}, delivered
 
 
 def test_a_roll_under_load_changes_both_workers_with_no_failed_request(fleet, lab):
