@@ -47,6 +47,9 @@ LOCAL_PIP_ARGS = ("--no-deps", "--no-build-isolation")
 # site directories (a GPU image whose torch lives in a venv of its own, e.g. /opt/torch/.venv, is not the base
 # interpreter's "system" site); appended after the venv's site-packages, so what the lock installed wins
 SITE_DIRS_PTH = "sglang-deploy-image-site-dirs.pth"
+# How a venv that sees the image is installed (in its recipe only then): every locked package into the venv itself,
+# the image joined after (a build of the older order lacked the console scripts of what the image also has).
+IMAGE_INSTALL = "the lock installed whole into the venv (--ignore-installed with system site packages); image site dirs joined after"
 INSTALL_MODE = "lock: " + " ".join(LOCK_PIP_ARGS) + "; local, clone: " + " ".join(LOCAL_PIP_ARGS) + "; pip check"
 
 
@@ -107,6 +110,8 @@ def recipe(flavour: str, python: str, lock: str, local_packages: list[str], patc
     for key, value in (image or {}).items():  # each absent while off: such recipes hash as they did before
         if value:
             parts[key] = sorted(value) if key == "pip_check_exempt" else value
+    if (image or {}).get("site_dirs") or (image or {}).get("system_site_packages"):
+        parts["image_install"] = IMAGE_INSTALL
     parts["recipe_hash"] = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return parts
 
@@ -196,11 +201,11 @@ def build(live: str, python: str, lock: str, local_packages: list[str], patch_di
                                                   *(["--system-site-packages"] if system_site_packages else []),
                                                   p["live"]]), env, "python -m venv", 600)
         steps.append("venv")
-        if site_dirs:
-            with open(os.path.join(site_packages(p["stage"]), SITE_DIRS_PTH), "w", encoding="utf-8") as fh:
-                fh.write("".join(d + "\n" for d in site_dirs))
+        # every locked package goes into the venv even where the image has the same one: pip must not skip it as
+        # "already satisfied" by an image site dir (its console scripts, e.g. ninja's, which FlashInfer's JIT runs
+        # from PATH, would be missing from the venv's bin: H200 rehearsal). The image's dirs are joined after.
         pip = [os.path.join(p["live"], "bin", "python"), "-m", "pip", "install", "--no-input", "--no-compile",
-               *pip_args, *wheelhouse_pip_args(wheelhouse)]
+               *(["--ignore-installed"] if system_site_packages else []), *pip_args, *wheelhouse_pip_args(wheelhouse)]
         if lock_entries != 0:
             # pip refuses any file whose sha256 the lock does not list and resolves nothing: a tampered or
             # substituted file fails here, naming the package, before anything is swapped
@@ -217,6 +222,9 @@ def build(live: str, python: str, lock: str, local_packages: list[str], patch_di
             _run(in_namespace(p["stage"], p["live"], [*pip, *LOCAL_PIP_ARGS, clone_source]), env,
                  "pip install (clone checkout)", timeout)
             steps.append("clone")
+        if site_dirs:
+            with open(os.path.join(site_packages(p["stage"]), SITE_DIRS_PTH), "w", encoding="utf-8") as fh:
+                fh.write("".join(d + "\n" for d in site_dirs))
         # every installed distribution's requirements are met: a local package or fork needing something the lock
         # does not hold (they were installed with --no-deps) fails here, named by pip
         tolerated = pip_check(p["stage"], env, pip_check_exempt)
