@@ -224,7 +224,7 @@ SPEEDUP_CONFIGS = [
     {"name": "ddtree-b16", "speculative": {"algorithm": "DDTREE", "budget": 16, "topk_cap": 4}, "env": FAST},
 ]
 SPEEDUP = {"sglang_bench_context_lengths": [], "sglang_bench_prompt_sets": ["chat", "code", "math"],
-           "sglang_bench_concurrencies": [1, 4, 16], "sglang_bench_output_len": 160,
+           "sglang_bench_concurrencies": [1, 16], "sglang_bench_output_len": 160,
            "sglang_bench_prompts_per_concurrency": 2, "sglang_bench_min_prompts": 8,
            "sglang_bench_cell_timeout_s": 120, "sglang_bench_request_timeout_s": 60,
            "sglang_bench_sweep_soak_concurrency": 4,
@@ -269,7 +269,7 @@ def speedup_run(served, lab):
 def test_per_cell_acceptance_matches_the_standins_truth_and_the_running_average_would_not(speedup_run):
     rows = [row for name in ("dflash-b8", "ddtree-b4", "ddtree-b16")
             for row in read_jsonl(RESULTS / speedup_run / HOST / f"{name}.jsonl") if row["phase"] == "matrix"]
-    assert len(rows) == 3 * 3 * 3 and all(row["status"] == "ok" for row in rows)
+    assert len(rows) == 3 * 3 * 2 and all(row["status"] == "ok" for row in rows)
     off_by_running_average = []
     for row in rows:
         truth = configured_truth(row)
