@@ -167,6 +167,10 @@ class Lab:
         shutil.rmtree(self.dir, ignore_errors=True)
         log(f"lab {self.name}: down")
 
+    def boot(self) -> tuple:
+        """This boot of the lab's hosts (their nspawn pids): what a test converged on one boot is gone on the next."""
+        return tuple(sorted((name, host.get("pid")) for name, host in self.state().get("hosts", {}).items()))
+
     def status(self) -> dict:
         state = self.state()
         report = {"name": self.name, "up": bool(state), "hosts": {}}

@@ -49,7 +49,8 @@ LOCAL_PIP_ARGS = ("--no-deps", "--no-build-isolation")
 SITE_DIRS_PTH = "sglang-deploy-image-site-dirs.pth"
 # How a venv that sees the image is installed (in its recipe only then): every locked package into the venv itself,
 # the image joined after (a build of the older order lacked the console scripts of what the image also has).
-IMAGE_INSTALL = "the lock installed whole into the venv (--ignore-installed with system site packages); image site dirs joined after"
+IMAGE_INSTALL = ("the lock installed whole into the venv (--ignore-installed with system site packages); "
+                 "image site dirs joined after")
 INSTALL_MODE = "lock: " + " ".join(LOCK_PIP_ARGS) + "; local, clone: " + " ".join(LOCAL_PIP_ARGS) + "; pip check"
 
 

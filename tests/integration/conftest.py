@@ -119,14 +119,10 @@ SERVICE_PREPARE = "roles/sglang_service/molecule/default/prepare.yml"
 _prepared: dict[str, tuple] = {}
 
 
-def _boot_of(lab: Lab) -> tuple:
-    return tuple(sorted((name, host.get("pid")) for name, host in lab.state().get("hosts", {}).items()))
-
-
 @pytest.fixture(scope="module")
 def lab_prepared(lab) -> Lab:
     """`lab`, with SERVICE_PREPARE run on all its hosts since they booted (run here unless it already was)."""
-    boot = _boot_of(lab)
+    boot = lab.boot()
     if _prepared.get(lab.name) != boot:
         prep = run_playbook(lab, SERVICE_PREPARE)
         assert prep.rc == 0, prep.stdout[-3000:]

@@ -85,16 +85,12 @@ ROUTER_PORT = 30000  # roles/sglang_router defaults: sglang_router_port
 _scenario_converged: dict = {}
 
 
-def _boot(lab) -> tuple:
-    return tuple(sorted((name, host.get("pid")) for name, host in lab.state().get("hosts", {}).items()))
-
-
 def test_molecule_scenario_of_the_router_role_on_this_lab(lab, tmp_path):
     """The router role's molecule scenario first, on this lab (same hosts, same inventory): its converged workers and
     router are where the roll tests start, so that convergence is paid once (tests/helpers/molecule.py HOSTED). Its
-    prepare is the fleet's venv, drafter config and service (with the fast stand-in timings), its converge the router."""
+    prepare is the fleet's venv, drafter config and service (the fast stand-in timings); its converge the router."""
     run_scenario("sglang_router", tmp_path / "molecule.log", lab_name=LAB_NAME, keep_lab=True)
-    _scenario_converged["boot"] = _boot(lab)
+    _scenario_converged["boot"] = lab.boot()
 
 
 def test_molecule_scenario_of_the_monitoring_role_on_this_lab(lab, tmp_path):
@@ -110,7 +106,7 @@ def test_molecule_scenario_of_the_monitoring_role_on_this_lab(lab, tmp_path):
 def fleet(lab):
     """Workers on the stand-in (venv, then the service), then the router in front of them: converged here unless the
     router scenario converged them on this boot; either way both workers serve and the router lists both."""
-    if _scenario_converged.get("boot") != _boot(lab):
+    if _scenario_converged.get("boot") != lab.boot():
         for playbook, extra in (("roles/sglang_service/molecule/default/prepare.yml", {"target_hosts": "nvlink"}),
                                 ("playbooks/service.yml", speculative_env()),
                                 ("playbooks/router.yml", {})):

@@ -304,9 +304,13 @@ def test_offline_build_into_stage_then_swap_then_up_to_date(tmp_path, monkeypatc
     assert vm.summary(vm.scan(str(live)))["digest"] == live_before and vm.is_venv(str(live))
 
 
+# The interpreter the builds use: a base interpreter (not the controller venv's).
+BASE_PYTHON = sys.executable if sys.prefix == sys.base_prefix else "/usr/bin/python3"
+
+
 def _build_kw(tmp_path, lock: Path, **over) -> dict:
     kw = dict(path=str(tmp_path / "opt/sglang/venv"),
-              python=sys.executable if sys.prefix == sys.base_prefix else "/usr/bin/python3",
+              python=BASE_PYTHON,
               flavour="lab", lock=str(lock), local_packages=[], patch_dir=str(tmp_path / "p"),
               require_patches=False, pip_args=[], import_names=[], fact_path=str(tmp_path / "f.fact"), timeout=300)
     kw.update(over)
@@ -520,8 +524,7 @@ def _system_site_broken(tmp_path) -> set[str]:
     may hold e.g. python3-gi without python3-cairo): the tests tolerate those and no more."""
     import re
     bare = tmp_path / "bare-venv"
-    subprocess.run([_build_kw(tmp_path, Path("x"))["python"], "-m", "venv", "--system-site-packages", str(bare)],
-                   check=True, capture_output=True)
+    subprocess.run([BASE_PYTHON, "-m", "venv", "--system-site-packages", str(bare)], check=True, capture_output=True)
     out = subprocess.run([str(bare / "bin/python"), "-m", "pip", "check"], capture_output=True, text=True).stdout
     return {a or b for a, b in re.findall(r"requires ([A-Za-z0-9._-]+), which is not installed|"
                                           r"has requirement ([A-Za-z0-9._-]+)", out)}
