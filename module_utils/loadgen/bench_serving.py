@@ -3,7 +3,8 @@
 used for random-ids and dataset workloads when the venv can run it (prompt sets always use the built-in client).
 
 bench_serving_available() says whether the venv can import it; bench_serving_argv() is one cell's argv (never a
-download: random-ids sends exact token ids, a dataset is read offline from --dataset-path, HF_HUB_OFFLINE=1);
+download: random-ids sends exact token ids with --tokenize-prompt, a dataset is read offline from --dataset-path,
+HF_HUB_OFFLINE=1);
 run_bench_serving_cell() runs it bounded by cell_timeout_s and reads its --output-file into bench_serving's metric
 names (metrics.METRIC_KEYS), with status ok|timeout|error and the reason. run_sized_cell() sizes the cell by time:
 bench_serving takes a request count, so a run shorter than min_cell_seconds is run again with the count scaled up
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import subprocess
 import tempfile
 import time
@@ -40,7 +42,14 @@ def bench_serving_available(venv_python):
 
 def bench_serving_argv(spec, workload, conc, num_prompts, output_file):
     """sglang.bench_serving's argv for one cell. Never `--dataset-name random`: it downloads ShareGPT from the Hub
-    at bench time; random-ids sends exact token ids, a dataset is given by --dataset-path (offline)."""
+    at bench time; a dataset is given by --dataset-path (offline).
+
+    random-ids with the `sglang` backend adds --tokenize-prompt: without it real 0.5.11 decodes the drawn ids to text
+    (sglang/benchmark/datasets/random.py: return_text = not tokenize_prompt; the length cut by the tokenizer's special
+    tokens) and the server tokenises that text again, so the prefill is neither input_len tokens nor free of the
+    server's tokenisation: not the cell the built-in client measures. 0.5.11 allows --tokenize-prompt with the
+    `sglang` backend only (bench_serving.py asserts it); the OpenAI backends get text, and the row says so
+    (prompt_sent)."""
     if isinstance(workload, int):
         workload = {"kind": "random-ids", "context_length": workload}
     argv = [spec["venv_python"], "-m", "sglang.bench_serving", "--backend", spec.get("backend", "sglang"),
@@ -51,6 +60,10 @@ def bench_serving_argv(spec, workload, conc, num_prompts, output_file):
     else:
         argv += ["--dataset-name", "random-ids", "--random-input-len", str(workload["context_length"]),
                  "--random-output-len", str(spec["output_len"]), "--random-range-ratio", "1.0"]
+        if spec.get("backend", "sglang") == "sglang":
+            argv += ["--tokenize-prompt"]
+    if spec.get("seed") is not None:
+        argv += ["--seed", str(spec["seed"])]   # its random ids (and dataset shuffle); 0.5.11's default is 1
     argv += ["--num-prompts", str(num_prompts), "--max-concurrency", str(conc),
              "--warmup-requests", str(spec.get("warmup_requests", 1)), "--output-file", output_file,
              "--disable-tqdm"]
@@ -69,6 +82,9 @@ def run_bench_serving_cell(spec, workload, conc, num_prompts):
         env = dict(os.environ, HF_HUB_OFFLINE="1")  # nothing is fetched at bench time
         if spec.get("api_key"):
             env["OPENAI_API_KEY"] = spec["api_key"]
+        # The client's own CPU (its user + system time, as the built-in client's row has client_cpu_s): one
+        # bench_serving process at a time, so the children's usage grows by this one's alone.
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
                                   timeout=float(spec["cell_timeout_s"]))
@@ -83,7 +99,10 @@ def run_bench_serving_cell(spec, workload, conc, num_prompts):
             tail = (proc.stderr or proc.stdout or "")[-800:]
             return {"status": "error", "error": "sglang.bench_serving rc=%d: %s" % (proc.returncode, tail)}
         raw = json.loads(lines[-1])
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     row = {key: raw.get(key) for key in METRIC_KEYS if key in raw}
+    row["client_cpu_s"] = round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 3)
+    row["prompt_sent"] = "input_ids" if "--tokenize-prompt" in argv else "text"
     # bench_serving reads /server_info's running average (since the server started): say so.
     row["accept_length_source"] = "server_running_average" if row.get("accept_length") is not None else None
     row.setdefault("failed", max(num_prompts - int(raw.get("completed") or 0), 0))
@@ -105,13 +124,16 @@ def run_sized_cell(spec, workload, conc, num_prompts):
     min_seconds = float(spec.get("min_cell_seconds") or 0)
     deadline = time.monotonic() + float(spec["cell_timeout_s"])
     count, runs = num_prompts, 0
+    seed = int(spec.get("seed") or 1)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             row = {"status": "timeout", "error": "sglang.bench_serving could not run %gs within the %ss cell bound"
                    % (min_seconds, spec["cell_timeout_s"])}
             break
-        row = run_bench_serving_cell(dict(spec, cell_timeout_s=left), workload, conc, count)
+        # A rerun draws other ids: with the same seed its first prompts would be the short run's, in the radix cache.
+        row = run_bench_serving_cell(dict(spec, cell_timeout_s=left, seed=seed + 104729 * runs), workload, conc,
+                                     count)
         runs += 1
         if row.get("status") == "timeout":
             row["error"] = "sglang.bench_serving exceeded the %ss cell bound" % spec["cell_timeout_s"]

@@ -295,8 +295,8 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
                          connection="keep-alive"):
     """Measure one cell. Returns a dict: bench_serving metric keys + acceptance (per request), status
     ('ok'|'timeout'|'error'), error, errors (first distinct request errors), num_prompts (requests issued),
-    min_requests, min_cell_seconds, client_cpu_s, requests (per-request counts), samples (up to sample_outputs
-    finished texts).
+    min_requests, min_cell_seconds, client_cpu_s, prompt_sent (input_ids: random ids sent as ids; text), requests
+    (per-request counts), samples (up to sample_outputs finished texts).
 
     prompts: the workload's items (token-id lists or {"text", "messages"}); None = random ids of input_len.
     Sized by time: with min_seconds > 0 the workers keep issuing requests (PromptStream: the same seed, text
@@ -325,7 +325,7 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     keep_text = sample_outputs > 0
     row = {"status": "ok", "error": "", "errors": [], "num_prompts": num_prompts,
            "warmup_requests": len(warm_bodies), "min_requests": num_prompts, "min_cell_seconds": float(min_seconds),
-           "connection": connection}
+           "connection": connection, "prompt_sent": "input_ids" if prompts is None else "text"}
 
     def more(index, elapsed):
         """The next request of a cell sized by time, or None once min_seconds have passed."""

@@ -34,18 +34,26 @@ def _client(spec):
     return "sglang.bench_serving" if available else "builtin"
 
 
-def _measure(spec, workload, conc, num_prompts, chosen, model, gpu_count=None):
+def cell_seed(workload, conc, repeat=0):
+    """The random ids' seed of one repeat of a cell: the same for every config (they are compared on the same
+    prompts), another for each repeat and concurrency. A repeat that sent the ids of the one before would find them
+    in the server's radix cache (on by default) and time a prefill it skipped."""
+    return (workload.get("context_length") or 0) * 1000 + conc + 7919 * repeat
+
+
+def _measure(spec, workload, conc, num_prompts, chosen, model, gpu_count=None, repeat=0):
     """One cell measured by the chosen client (prompt sets always by the built-in one) with the GPUs' power sampled
     around it (power.py), its goodput under the bench's bounds (goodput.py), judged for its row."""
-    measured = power.measure(lambda: _measure_cell(spec, workload, conc, num_prompts, chosen, model),
+    measured = power.measure(lambda: _measure_cell(spec, workload, conc, num_prompts, chosen, model, repeat),
                              spec.get("power_interval", 1.0), gpu_count=gpu_count)
     measured.update(goodput.row_goodput(measured, spec.get("goodput_ttft_ms"), spec.get("goodput_tpot_ms")))
     return rows.judged(workload, measured)
 
 
-def _measure_cell(spec, workload, conc, num_prompts, chosen, model):
+def _measure_cell(spec, workload, conc, num_prompts, chosen, model, repeat=0):
     """The cell's measurement by the chosen client."""
     text = workload["kind"] != "random-ids"
+    seed = cell_seed(workload, conc, repeat)
     if chosen == "builtin" or workload["kind"] == "prompts":
         measured = client.run_cell(base_url=spec["base_url"], backend=spec.get("backend", "sglang"), model=model,
                                    input_len=workload.get("context_length") or 1, output_len=spec["output_len"],
@@ -53,14 +61,14 @@ def _measure_cell(spec, workload, conc, num_prompts, chosen, model):
                                    warmup_requests=spec.get("warmup_requests", 1),
                                    request_timeout=float(spec["request_timeout_s"]),
                                    cell_timeout=float(spec["cell_timeout_s"]), api_key=spec.get("api_key"),
-                                   seed=(workload.get("context_length") or 0) * 1000 + conc,
+                                   seed=seed,
                                    prompts=workload.get("items"), ignore_eos=not text,
                                    sample_outputs=spec.get("sample_outputs", 4) if text else 0,
                                    connection=spec.get("connection", "keep-alive"),
                                    min_seconds=float(spec.get("min_cell_seconds") or 0))
         measured["bench_client"] = "builtin"
     else:
-        measured = bench_serving.run_sized_cell(spec, workload, conc, num_prompts)
+        measured = bench_serving.run_sized_cell(dict(spec, seed=seed), workload, conc, num_prompts)
     return measured
 
 
@@ -68,9 +76,9 @@ def _measure_repeated(spec, workload, conc, num_prompts, chosen, model, gpu_coun
     """The cell measured cell_repeats times (a failed repeat ends it), combined into one row's fields: the median
     figures, each repeat's key figures, their spread and the spread flag (repeats.py)."""
     measured = []
-    for _ in range(int(spec.get("cell_repeats") or 1)):
+    for repeat in range(int(spec.get("cell_repeats") or 1)):
         try:
-            one = _measure(spec, workload, conc, num_prompts, chosen, model, gpu_count)
+            one = _measure(spec, workload, conc, num_prompts, chosen, model, gpu_count, repeat)
         except client.CellError as exc:
             one = {"status": "error", "error": str(exc)}
         measured.append(one)

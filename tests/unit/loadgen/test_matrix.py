@@ -140,6 +140,20 @@ def test_bench_serving_argv_matches_the_seed_command():
                  "--random-range-ratio 1.0", "--num-prompts 32", "--max-concurrency 8",
                  "--output-file /tmp/o.jsonl"):
         assert part in joined
+    # exact token ids: without --tokenize-prompt real 0.5.11 sends the ids decoded to text (re-tokenised by the server)
+    assert "--tokenize-prompt" in argv
+
+
+def test_bench_serving_openai_backends_send_text_and_the_row_says_so(fake_sglang, tmp_path):
+    # real 0.5.11 asserts --tokenize-prompt is given with --backend sglang only
+    argv = bench_route.bench_serving_argv(dict(GOOD, venv_python="/v/bin/python", backend="sglang-oai"),
+                                          256, 8, 32, "/o")
+    assert "--tokenize-prompt" not in argv
+    row = bench_route.run_bench_serving_cell(dict(GOOD, venv_python=fake_sglang, base_url="http://127.0.0.1:9",
+                                                  backend="sglang-oai", cell_timeout_s=60),
+                                             {"kind": "random-ids", "context_length": 64}, 2, 4)
+    assert row["status"] == "ok" and row["prompt_sent"] == "text"
+    assert row["total_input_tokens"] == 4 * 63   # bench_serving's own count: the special token taken off
 
 
 FAKE_BENCH_SERVING = '''
@@ -150,17 +164,22 @@ def main():
     p = argparse.ArgumentParser()
     for a in ("--backend", "--base-url", "--dataset-name", "--random-input-len", "--random-output-len",
               "--random-range-ratio", "--num-prompts", "--max-concurrency", "--warmup-requests", "--output-file",
-              "--tokenizer", "--model", "--dataset-path", "--sharegpt-output-len"):
+              "--tokenizer", "--model", "--dataset-path", "--sharegpt-output-len", "--seed"):
         p.add_argument(a)
     p.add_argument("--disable-tqdm", action="store_true")
+    p.add_argument("--tokenize-prompt", action="store_true")
     a = p.parse_args()
+    # as real 0.5.11: ids only with the sglang backend; otherwise random-ids are decoded to text, one token shorter
+    # for the tokenizer's special token (sglang/benchmark/datasets/random.py)
+    assert not a.tokenize_prompt or a.backend == "sglang", "--tokenize-prompt only compatible with --backend sglang"
+    specials = 0 if (a.tokenize_prompt or a.dataset_name != "random-ids") else 1
     if a.random_input_len == "13":
         time.sleep(30)
     n = int(a.num_prompts)
     if a.dataset_name == "sharegpt":
         json.load(open(a.dataset_path))
         a.random_input_len, a.random_output_len = "7", a.sharegpt_output_len
-    row = {"backend": a.backend, "completed": n, "total_input_tokens": n * int(a.random_input_len),
+    row = {"backend": a.backend, "completed": n, "total_input_tokens": n * (int(a.random_input_len) - specials),
            "total_output_tokens": n * int(a.random_output_len), "output_throughput": 1234.5, "mean_ttft_ms": 40.0,
            "median_ttft_ms": 40.0, "p99_ttft_ms": 41.0, "mean_itl_ms": 8.0, "median_itl_ms": 8.0, "p99_itl_ms": 9.0,
            "mean_tpot_ms": 8.0, "median_tpot_ms": 8.0, "p99_tpot_ms": 8.5, "accept_length": 4.48, "duration": 1.0}
@@ -194,6 +213,8 @@ def test_bench_serving_client_is_used_when_importable(fake_sglang, tmp_path):
     assert [r["bench_client"] for r in rows] == ["sglang.bench_serving"] * 2
     assert rows[1]["output_throughput"] == 1234.5 and rows[1]["accept_length"] == 4.48
     assert rows[1]["num_prompts"] == 8 and rows[1]["total_output_tokens"] == 8 * 8
+    assert rows[1]["total_input_tokens"] == 8 * 60 and rows[1]["prompt_sent"] == "input_ids"  # exact ids
+    assert rows[1]["client_cpu_s"] > 0   # the bench_serving process's own CPU, as the built-in row has it
     assert server.requests == []   # all traffic came from the (fake) bench_serving, none from the builtin client
 
 
@@ -343,10 +364,40 @@ def test_every_cell_is_repeated_and_its_row_keeps_the_median_the_repeats_and_the
     assert len(row["requests"]) == 6 and {r["repeat"] for r in row["requests"]} == {1, 2, 3}
 
 
+def test_repeats_of_a_random_ids_cell_send_other_ids_and_every_config_the_same(tmp_path):
+    """A repeat that resent the ids of the one before would be served from SGLang's radix cache (on by default): its
+    prefill skipped, its TTFT and throughput not the cell's. Each repeat draws its own; a second run (another config)
+    draws the same ones again, so configs stay compared on the same prompts."""
+    sent = []
+    for _ in range(2):
+        with FixtureServer(itl=0.001) as server:
+            bench_matrix.run_matrix(spec(base_url=server.url, context_lengths=[4], concurrencies=[2], cell_repeats=3,
+                                         max_spread=1000.0), output_path=str(tmp_path / "r.jsonl"))
+            sent.append([tuple(req["input_ids"]) for path, req, _ in server.requests if path == "/generate"])
+    assert len(sent[0]) == 9 and len(set(sent[0])) == 9     # 3 repeats x (2 measured + 1 warmup), none resent
+    assert set(sent[0]) == set(sent[1])                     # (two workers: the order may differ)
+
+
+def test_the_bench_serving_route_seeds_each_repeat_and_each_rerun_apart(monkeypatch):
+    seeds = []
+
+    def run(spec_, workload, conc, count):
+        seeds.append(spec_["seed"])
+        return {"status": "ok", "duration": 0.5 if len(seeds) == 1 else 20.0, "completed": count}
+
+    monkeypatch.setattr(bench_route, "run_bench_serving_cell", run)
+    for repeat in range(2):
+        bench_matrix._measure_cell(dict(GOOD, min_cell_seconds=10), {"kind": "random-ids", "context_length": 60}, 8,
+                                   16, "sglang.bench_serving", "m", repeat)
+    assert len(seeds) == 3 and len(set(seeds)) == 3       # repeat 0: a short run and its rerun; repeat 1: one run
+    argv = bench_route.bench_serving_argv(dict(GOOD, venv_python="/v", seed=seeds[2]), 60, 8, 16, "/o")
+    assert argv[argv.index("--seed") + 1] == str(seeds[2])
+
+
 def test_a_cell_whose_repeats_spread_past_the_bound_is_flagged(tmp_path, monkeypatch):
     figures = iter([100.0, 125.0, 102.0])
 
-    def fake(spec_, workload, conc, num_prompts, chosen, model, gpu_count=None):
+    def fake(spec_, workload, conc, num_prompts, chosen, model, gpu_count=None, repeat=0):
         return {"status": "ok", "output_throughput": next(figures), "median_tpot_ms": 10.0, "completed": 4,
                 "duration": 1.0, "degenerate": {"checked": 0, "flagged": 0, "evidence": []}}
 
