@@ -82,6 +82,10 @@ CASES = [
     ("tp above gpu count", {"tp_size": 16}, {}, {}, ["gpu_count"]),
     ("lab host without gpus ok", {"tp_size": 16}, {}, {"gpu_count": 0}, []),
     ("draft model missing", {}, {"draft_model_path": ""}, {}, ["draft_model_path"]),
+    # the H200 rehearsal's sweep (NGRAM with draft_model_path null) was refused by this rule; real 0.5.11 serves it
+    ("NGRAM needs no draft model", {}, {"algorithm": "NGRAM", "draft_model_path": "", **NO_DFLASH}, {}, []),
+    ("DFLASH still needs one", {}, {"algorithm": "DFLASH", "draft_model_path": "", **NO_DDTREE}, {},
+     ["draft_model_path"]),
     ("dflash pp 2", {"pp_size": 2, "tp_size": 4}, {"algorithm": "DFLASH", **NO_DDTREE}, {}, ["dflash_pp1"]),
     ("ddtree-only key on DFLASH", {}, {"algorithm": "DFLASH"}, {}, ["flags_in_schema"]),
     ("eagle3 missing params", {}, {"algorithm": "EAGLE3", "budget": None, "topk_cap": None, "block_size": None,
