@@ -82,8 +82,9 @@ def run_bench_serving_cell(spec, workload, conc, num_prompts):
         env = dict(os.environ, HF_HUB_OFFLINE="1")  # nothing is fetched at bench time
         if spec.get("api_key"):
             env["OPENAI_API_KEY"] = spec["api_key"]
-        # The client's own CPU (its user + system time, as the built-in client's row has client_cpu_s): one
-        # bench_serving process at a time, so the children's usage grows by this one's alone.
+        # The client's own CPU (its user + system time, as the built-in client's row has client_cpu_s), its start
+        # included (importing sglang: ~20 s of the 31-35 s per cell on the H200): one bench_serving process at a
+        # time, so the children's usage grows by this one's alone.
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
