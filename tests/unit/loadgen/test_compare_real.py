@@ -36,3 +36,27 @@ def test_machine_3_server_control_explains_the_first_pair():
     # the second pair: the server ran alike (0.993) and the clients agree within 5% on all four figures
     assert second["server"] == pytest.approx(0.993, abs=5e-4)
     assert all(abs(v - 1) <= 0.05 for v in figures(second)), second
+
+
+def test_machine_4_three_pairs_at_c32_and_the_gpu_idle_control():
+    cells = compare_table.cells_of(FIX / "compare-0.5.11-h200-ids" / "machine-4")
+    rows = compare_table.ratios(cells)
+    assert all(c["concurrency"] == 32 and c["duration"] >= 20 for c in cells) and len(cells) == 6
+    # ratio of the medians over three pairs of >= 27 s cells: TTFT within 5%, throughput 28.8% apart ...
+    assert figures(rows[(32, "median of 3")]) == [1.288, 0.993, 0.813, 0.939]
+    # ... while the server itself decoded 12.6% and 17.9% faster in the built-in's window of the first two pairs and
+    # alike in the third (0.998), where throughput, TPOT and ITL agree within 5% and TTFT does not (1.177)
+    assert [round(rows[(32, p)]["server"], 3) for p in range(3)] == [1.126, 1.179, 0.998]
+    assert [abs(v - 1) <= 0.05 for v in figures(rows[(32, 2)])] == [True, False, True, True]
+
+
+def test_bench_serving_left_the_gpu_idle_longer_in_every_recorded_pair():
+    """Machines 3 and 4, six pairs: the share of the load's span the GPU sat idle was larger under bench_serving's
+    one-process client than under the built-in one in each pair, so the two clients did not load the server alike."""
+    pairs = []
+    for machine in ("machine-3", "machine-4"):
+        cells = compare_table.cells_of(FIX / "compare-0.5.11-h200-ids" / machine)
+        by = {(c["concurrency"], c["rep"], c["client"]): c["gpu_idle_share"] for c in cells}
+        pairs += [(by[(conc, rep, "bench_serving")], by[(conc, rep, "builtin")])
+                  for conc, rep, client in by if client == "builtin" and (conc, rep, "bench_serving") in by]
+    assert len(pairs) == 6 and all(bench > builtin for bench, builtin in pairs), pairs
