@@ -66,8 +66,9 @@ class PlaybookRun:
 
 def run_playbook(lab: Lab, playbook: str, *, limit: str | None = None, extravars: dict | None = None,
                  tags: str | None = None, skip_tags: str | None = None, check: bool = False, verbosity: int = 0,
-                 envvars: dict | None = None, timeout: int = 900, inventory: str | None = None) -> PlaybookRun:
-    """Run a repo playbook (path relative to the repo root) with ansible-runner against `lab`."""
+                 envvars: dict | None = None, timeout: int = 900, inventory: str | list | None = None) -> PlaybookRun:
+    """Run a repo playbook (path relative to the repo root) with ansible-runner against `lab`. inventory: a source
+    relative to the repo root (default inventory/lab), or a list of sources (absolute paths stay as given)."""
     cmdline = []
     if check:
         cmdline.append("--check")
@@ -78,9 +79,11 @@ def run_playbook(lab: Lab, playbook: str, *, limit: str | None = None, extravars
         env = {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "LAB_NAME": lab.name, "PYTHONPATH": str(ROOT),
                "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "callback_plugins"),
                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", **(envvars or {})}
+        sources = [str(ROOT / i) for i in inventory] if isinstance(inventory, list) else \
+            str(ROOT / (inventory or "inventory/lab"))
         r = ansible_runner.run(
             private_data_dir=pdd, project_dir=str(ROOT), playbook=str(ROOT / playbook),
-            inventory=str(ROOT / (inventory or "inventory/lab")), limit=limit, extravars=extravars or {},
+            inventory=sources, limit=limit, extravars=extravars or {},
             tags=tags, cmdline=" ".join(cmdline) or None, verbosity=verbosity, envvars=env, timeout=timeout,
             quiet=True, json_mode=False)
         stdout = r.stdout.read() if r.stdout else ""

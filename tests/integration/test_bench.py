@@ -353,7 +353,18 @@ def test_applying_the_proposal_reconfigures_and_a_bad_one_leaves_the_old_service
     import yaml
     proposal_path = RESULTS / speedup_run / "proposal.yml"
     winner = yaml.safe_load(proposal_path.read_text())["groups"]["nvlink"]["winner"]
-    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900,
+    # The host's own overrides (host_vars) stay under the proposal's fragment, whose server overrides are empty
+    # here: on the H200 (rehearsal h200-2026-12-04d) they replaced the host's, its context_length 8192 fell
+    # back to the group's 32768 and the real parser refused the proposal. (Its env overrides are the config's own.)
+    own = tmp_path / "own-overrides"
+    (own / "host_vars").mkdir(parents=True)
+    (own / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {HOST: None}}}))
+    (own / "host_vars" / f"{HOST}.yml").write_text(yaml.safe_dump({
+        "sglang_service_server_overrides": {"max_running_requests": 96},
+        "sglang_service_env_overrides": {"LAB_HOST_OWN": "kept"}}))
+    fragment = yaml.safe_load(proposal_path.read_text())["groups"]["nvlink"]["group_vars"]
+    assert fragment["sglang_service_server_overrides"] == {} and "LAB_HOST_OWN" not in fragment["sglang_service_env_overrides"]
+    r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900, inventory=["inventory/lab", str(own)],
                  extravars={"proposal": str(proposal_path)})
     assert r.rc == 0, r.stdout[-6000:]
     state = unit_state(lab)
@@ -363,6 +374,8 @@ def test_applying_the_proposal_reconfigures_and_a_bad_one_leaves_the_old_service
     if spec.get("budget"):
         assert f"--speculative-ddtree-budget {spec['budget']}" in cmdline
     assert f"now serves {winner}" in r.stdout
+    assert "--max-running-requests 96" in cmdline                     # the host's own server override kept
+    assert "LAB_HOST_OWN=kept" in lab.ssh(HOST, f"tr '\\0' '\\n' < /proc/{state['MainPID']}/environ").stdout
 
     def variant(name, **group_vars):
         """The proposal with some of its group_vars replaced, written beside the test."""

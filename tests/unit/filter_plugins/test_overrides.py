@@ -1,0 +1,45 @@
+"""filter_plugins/overrides.py: a fragment lands on top of the host's own overrides, as the sweep measured it."""
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from filter_plugins.overrides import sglang_overrides_on
+
+HOST = {"sglang_service_server_overrides": {"context_length": 8192, "sampling_backend": "pytorch"},
+        "sglang_service_env_overrides": {"CC": "/opt/gcc/bin/gcc"},
+        "sglang_service_speculative_overrides": {},
+        "sglang_service_extra_args": {},
+        "sglang_service_validation_overrides": [{"rule": "x", "reason": "host"}]}
+
+
+def test_an_empty_fragment_keeps_every_override_of_the_host():
+    # the H200 rehearsal's proposal: the winner's fragment has empty server/env overrides
+    fragment = {"sglang_service_speculative_overrides": {"algorithm": "NONE", "draft_model_path": None},
+                "sglang_service_server_overrides": {}, "sglang_service_env_overrides": {},
+                "sglang_service_extra_args": {}, "sglang_service_validation_overrides": []}
+    out = sglang_overrides_on(fragment, HOST)
+    assert out["sglang_service_server_overrides"] == {"context_length": 8192, "sampling_backend": "pytorch"}
+    assert out["sglang_service_env_overrides"] == {"CC": "/opt/gcc/bin/gcc"}
+    assert out["sglang_service_speculative_overrides"] == {"algorithm": "NONE", "draft_model_path": None}
+    assert out["sglang_service_validation_overrides"] == [{"rule": "x", "reason": "host"}]
+
+
+def test_the_fragments_values_win_key_by_key_and_its_list_is_appended():
+    fragment = {"sglang_service_server_overrides": {"context_length": 4096, "cuda_graph_max_bs": 8},
+                "sglang_service_validation_overrides": [{"rule": "y", "reason": "sweep"}]}
+    out = sglang_overrides_on(fragment, HOST)
+    assert out["sglang_service_server_overrides"] == {"context_length": 4096, "sampling_backend": "pytorch",
+                                                      "cuda_graph_max_bs": 8}
+    assert [v["rule"] for v in out["sglang_service_validation_overrides"]] == ["x", "y"]
+    assert out["sglang_service_env_overrides"] == HOST["sglang_service_env_overrides"]
+    assert HOST["sglang_service_server_overrides"]["context_length"] == 8192       # the host's dict is not changed
+
+
+def test_unknown_keys_and_wrong_types_are_refused():
+    with pytest.raises(AnsibleFilterError, match="unknown keys"):
+        sglang_overrides_on({"sglang_service_model": "x"}, HOST)
+    with pytest.raises(AnsibleFilterError, match="is a mapping"):
+        sglang_overrides_on({"sglang_service_server_overrides": ["a"]}, HOST)
+    with pytest.raises(AnsibleFilterError, match="is a list"):
+        sglang_overrides_on({"sglang_service_validation_overrides": {"a": 1}}, HOST)
