@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from reporting.degenerate import counted, model_loops
 from reporting.goodput import good_rps
 from reporting.lossless import disqualification as lossless_disqualification, verdicts as lossless_verdicts
 from reporting.speedup import (ranked_workloads, baseline_of, cell_map, config_names, coverage, geomean, geomean_speedup, is_ok,
@@ -118,18 +119,13 @@ def _reason(text):
 
 def disqualifications(run, host=None):
     """{config: [evidence]} of the host's disqualified configs, sweep order. Evidence items: {kind: failed|soak|
-    degenerate, why: one line, journal: excerpt or "", evidence: [{text, reason, workload, max_concurrency}]}.
+    degenerate, why: one line, journal: excerpt or "", evidence: [{text, reason, workload, max_concurrency, prompt_id}]}.
 
-    Degenerate output counts against a config only where the autoregressive baseline's outputs were clean on the same
-    (workload, C): speculative decoding is lossless under greedy decoding, so a loop the baseline shows too is the
-    model's (real SGLang's 135M model loops on one chat prompt under every config), not the config's."""
+    Degenerate output counts against a config only where it is not the model's own (reporting/degenerate.py: the
+    baseline's output of the same prompt loops too)."""
     out = {}
-    baseline = baseline_of(run, host)
     gate = lossless_verdicts(run, host)
-    model_level = set()
-    for c in run.cells_of(baseline, host) if baseline else []:
-        if ((c.get("degenerate") or {}).get("flagged") or 0) > 0:
-            model_level.add((workload_of(c), c.get("max_concurrency")))
+    loops = model_loops(run, host)
     for name in config_names(run, host):
         items = []
         outcome = run.outcome_of(name, host) or {}
@@ -144,20 +140,19 @@ def disqualifications(run, host=None):
                                                  f"{_reason(soak['reason']) or 'no reason recorded'}",
                           "journal": journal_text(soak["journal"]), "evidence": []})
         flagged, checked, evidence, where = 0, 0, [], []
-        for c in run.cells_of(name, host) + run.soak_of(name, host):
-            deg = c.get("degenerate")
-            if not isinstance(deg, dict) or not (deg.get("flagged") or 0) > 0:
+        for item in counted(run, name, host, loops):
+            c = item["cell"]
+            if not item["flagged"]:
                 continue
-            if name == baseline or (workload_of(c), c.get("max_concurrency")) in model_level:
-                continue
-            flagged += deg.get("flagged") or 0
-            checked += deg.get("checked") or 0
+            flagged += item["flagged"]
+            checked += item["checked"]
             tag = f"{workload_of(c)} C={c.get('max_concurrency')}{' (soak)' if c.get('phase') == 'soak' else ''}"
             where.append(tag)
-            for ev in deg.get("evidence") or []:
+            for ev in item["evidence"]:
                 if isinstance(ev, dict):
                     evidence.append({"text": str(ev.get("text", ""))[:300], "reason": str(ev.get("reason", "")),
-                                     "workload": workload_of(c), "max_concurrency": c.get("max_concurrency")})
+                                     "workload": workload_of(c), "max_concurrency": c.get("max_concurrency"),
+                                     "prompt_id": ev.get("prompt_id")})
         if flagged:
             first = f"; first: {evidence[0]['reason']}" if evidence else ""
             items.append({"kind": "degenerate", "why": f"degenerate output: {flagged} of {checked} sampled outputs "

@@ -157,7 +157,7 @@ def _render_one(run: Run, plots=(), objective=None, proposal=None, proposal_path
         lines.append("")
     lines += speedup_section(run, host)
     lines += winner_section(run, host, decision)
-    lines += disqualified_section(decision)
+    lines += disqualified_section(decision, run, host)
     lines += spread_section(run, host)
     lines += lossless_section(run, host)
     lines += soak_section(run, host)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reporting.markdown import md_table
 from reporting.acceptance import PER_REQUEST, RUNNING_AVERAGE, cell_acceptance, workload_acceptance
+from reporting.degenerate import counted, model_loops
 from reporting.objective import journal_text, no_slo_text, per_cell_winners, soak_outcome
 from reporting.goodput import goodput_of
 from reporting.overview import MARK_NOTE, wl
@@ -143,11 +144,29 @@ def winner_section(run, host, decision):
     return lines
 
 
-def disqualified_section(decision):
+def model_loop_lines(run, host):
+    """The prompts the baseline's own output loops on (reporting/degenerate.py): not counted against any config."""
+    prompts, _ = model_loops(run, host)
+    if not prompts:
+        return []
+    also = {}
+    for name in config_names(run, host):
+        for item in counted(run, name, host):
+            for pid in item["excused"]:
+                also.setdefault(pid, set()).add(name)
+    rows = [[w, f"`{pid}`", ", ".join(f"`{n}`" for n in sorted(also.get(pid, ()))) or "–"]
+            for _, w, pid in sorted(prompts, key=lambda k: (str(k[0]), k[1], str(k[2])))]
+    return (["The model's own loops (the autoregressive baseline's greedy output of these prompts is flagged too; "
+             "not counted against any config):", ""] + md_table(["workload", "prompt", "also flagged under"], rows)
+            + [""])
+
+
+def disqualified_section(decision, run=None, host=None):
     lines = ["## Disqualified", ""]
+    loops = model_loop_lines(run, host) if run is not None else []
     if not decision.disqualified:
         return lines + ["None: no config failed its sweep or soak, no sampled output was flagged degenerate and no "
-                        "judged config failed the lossless gate.", ""]
+                        "judged config failed the lossless gate.", ""] + loops
     for name, items in decision.disqualified.items():
         lines.append(f"### `{name}`")
         lines.append("")
@@ -156,9 +175,10 @@ def disqualified_section(decision):
             if item.get("journal"):
                 lines += ["Journal excerpt:", ""] + _code(item["journal"]) + [""]
             for ev in item.get("evidence") or []:
-                lines += [f"Flagged ({ev['reason']}) at {ev['workload']} C={ev['max_concurrency']}:", ""]
+                prompt = f" prompt `{ev['prompt_id']}`" if ev.get("prompt_id") else ""
+                lines += [f"Flagged ({ev['reason']}) at {ev['workload']} C={ev['max_concurrency']}{prompt}:", ""]
                 lines += _code(ev["text"]) + [""]
-    return lines
+    return lines + loops
 
 
 def soak_section(run, host):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from reporting.acceptance import combined_acceptance
+from reporting.degenerate import disqualifying
 from reporting.load import Run
 from reporting.lossless import not_lossless
 
@@ -40,11 +41,11 @@ def config_status(run: Run, config):
 
 
 def _disqualified(run: Run, config):
-    """Flagged degenerate output, or not lossless (reporting/lossless.py): either disqualifies an ok config."""
+    """Flagged degenerate output that is not the model's own (reporting/degenerate.py), or not lossless
+    (reporting/lossless.py): either disqualifies an ok config."""
     if not_lossless(run, config):
         return True
-    return any(isinstance(c.get("degenerate"), dict) and (c["degenerate"].get("flagged") or 0) > 0
-               for c in run.cells_of(config) + run.soak_of(config))
+    return disqualifying(run, config)
 
 
 def accept_length_of(run: Run, config):

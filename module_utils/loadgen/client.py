@@ -279,13 +279,32 @@ class PromptStream:
         return out
 
 
-def _sampled_outputs(results, count):
-    """Up to `count` finished outputs, spread over the cell (the degenerate-output check reads them)."""
-    done = [r for r in results if r.success]
+def _sampled_outputs(results, count, prompt_ids=None):
+    """The outputs the degenerate-output check reads, each with its prompt's id (None for random ids): with count > 0,
+    the first finished output of every distinct prompt of the cell (so the baseline and every config check the same
+    prompts, and a loop of the model on one prompt is seen in the baseline too), then up to `count` more spread over
+    the cell. prompt_ids: {request index: prompt id}."""
+    done = sorted((r for r in results if r.success), key=lambda r: r.index)
     if count <= 0 or not done:
         return []
-    step = max(1, len(done) // count)
-    return [{"index": done[i].index, "text": done[i].text} for i in range(0, len(done), step)][:count]
+    prompt_ids = prompt_ids or {}
+    chosen, seen = [], set()
+    for r in done:
+        pid = prompt_ids.get(r.index)
+        if pid is not None and pid not in seen:
+            seen.add(pid)
+            chosen.append(r)
+    taken = {r.index for r in chosen}
+    rest = [r for r in done if r.index not in taken]
+    step = max(1, len(rest) // count) if rest else 1
+    chosen += [rest[i] for i in range(0, len(rest), step)][:count]
+    return [{"index": r.index, "prompt_id": prompt_ids.get(r.index), "text": r.text}
+            for r in sorted(chosen, key=lambda r: r.index)]
+
+
+def _prompt_id(item):
+    """A text item's id (prompt sets give one to each), else None."""
+    return item.get("id") if isinstance(item, dict) else None
 
 
 async def run_cell_async(base_url, backend="sglang", model="default", input_len=60, output_len=256,
@@ -296,7 +315,8 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     """Measure one cell. Returns a dict: bench_serving metric keys + acceptance (per request), status
     ('ok'|'timeout'|'error'), error, errors (first distinct request errors), num_prompts (requests issued),
     min_requests, min_cell_seconds, client_cpu_s, prompt_sent (input_ids: random ids sent as ids; text), requests
-    (per-request counts), samples (up to sample_outputs finished texts).
+    (per-request counts), samples (finished texts with their prompt ids: one per distinct prompt, then up to
+    sample_outputs more).
 
     prompts: the workload's items (token-id lists or {"text", "messages"}); None = random ids of input_len.
     Sized by time: with min_seconds > 0 the workers keep issuing requests (PromptStream: the same seed, text
@@ -327,11 +347,16 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
            "warmup_requests": len(warm_bodies), "min_requests": num_prompts, "min_cell_seconds": float(min_seconds),
            "connection": connection, "prompt_sent": "input_ids" if prompts is None else "text"}
 
+    # which prompt each measured request sent (the degenerate check names it; sampling covers every prompt)
+    prompt_ids = {i: _prompt_id(p) for i, p in enumerate(items[:num_prompts])}
+
     def more(index, elapsed):
         """The next request of a cell sized by time, or None once min_seconds have passed."""
         if elapsed >= min_seconds:
             return None
-        return build_body(backend, model, stream.take(1)[0], output_len, ignore_eos)
+        item = stream.take(1)[0]
+        prompt_ids[index] = _prompt_id(item)
+        return build_body(backend, model, item, output_len, ignore_eos)
     deadline = time.monotonic() + cell_timeout
 
     if warm_bodies:
@@ -369,7 +394,7 @@ async def run_cell_async(base_url, backend="sglang", model="default", input_len=
     row["server_running_average"] = running_average
     row["spec_totals"] = spec_totals(results)
     row["requests"] = [request_record(r) for r in results]
-    row["samples"] = _sampled_outputs(results, sample_outputs)
+    row["samples"] = _sampled_outputs(results, sample_outputs, prompt_ids)
     row["errors"] = first_errors(results)
     row["num_prompts"] = max(num_prompts, len(results))
     if row["status"] == "ok" and row["failed"]:

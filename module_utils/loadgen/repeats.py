@@ -67,12 +67,15 @@ def _pooled_acceptance(measured):
 
 
 def _degenerate(measured):
-    """The repeats' degenerate checks summed (evidence: the first three)."""
+    """The repeats' degenerate checks summed (evidence: the first three; flagged_prompts: all of them)."""
     checks = [m.get("degenerate") for m in measured if isinstance(m.get("degenerate"), dict)]
     if not checks:
         return None
-    return {"checked": sum(c.get("checked") or 0 for c in checks), "flagged": sum(c.get("flagged") or 0 for c in checks),
-            "evidence": [e for c in checks for e in c.get("evidence") or []][:3]}
+    out = {"checked": sum(c.get("checked") or 0 for c in checks), "flagged": sum(c.get("flagged") or 0 for c in checks),
+           "evidence": [e for c in checks for e in c.get("evidence") or []][:3]}
+    if all("flagged_prompts" in c for c in checks):
+        out["flagged_prompts"] = [p for c in checks for p in c["flagged_prompts"]]
+    return out
 
 
 def combine(measured, max_spread):

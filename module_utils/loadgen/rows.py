@@ -47,13 +47,17 @@ def cell_row(spec, workload, conc, client, labels):
 
 
 def degenerate_check(samples):
-    """The smoke test's degenerate-output detector over a cell's sampled outputs."""
+    """The smoke test's degenerate-output detector over a cell's sampled outputs: counts, the first three flagged
+    (with their prompt ids) and the prompt id of every flagged output (flagged_prompts, None for random ids), so the
+    report can tell a loop of the model on a prompt (the baseline's output loops too) from a config's."""
     evidence = []
     for sample in samples:
         why = degenerate(sample.get("text") or "")
         if why:
-            evidence.append({"index": sample.get("index"), "reason": why, "text": (sample.get("text") or "")[:300]})
-    return {"checked": len(samples), "flagged": len(evidence), "evidence": evidence[:3]}
+            evidence.append({"index": sample.get("index"), "prompt_id": sample.get("prompt_id"), "reason": why,
+                             "text": (sample.get("text") or "")[:300]})
+    return {"checked": len(samples), "flagged": len(evidence), "evidence": evidence[:3],
+            "flagged_prompts": [e["prompt_id"] for e in evidence]}
 
 
 def judged(workload, measured):

@@ -8,9 +8,11 @@ import threading
 
 
 class FixtureServer:
-    """SGLang-shaped loopback server. Knobs: ttft, itl (s), tokens_per_chunk, fault, accept_length."""
+    """SGLang-shaped loopback server. Knobs: ttft, itl (s), tokens_per_chunk, fault, accept_length, reply (a
+    function of the prompt's words giving the output text: one character per token, "t" past its end)."""
 
-    def __init__(self, ttft=0.0, itl=0.0, tokens_per_chunk=1, fault=None, accept_length=None):
+    def __init__(self, ttft=0.0, itl=0.0, tokens_per_chunk=1, fault=None, accept_length=None, reply=None):
+        self.reply = reply
         self.ttft = ttft
         self.itl = itl
         self.tokens_per_chunk = tokens_per_chunk
@@ -110,6 +112,9 @@ class FixtureServer:
             sent += step
             steps += 1
             piece = "t" * step
+            if self.reply is not None:
+                full = self.reply(prompt if isinstance(prompt, list) else str(prompt).split())
+                piece = (full[sent - step:sent] + piece)[:step]
             text += piece
             if self.fault == "close_midway" and sent > n // 2:
                 writer.transport.abort()

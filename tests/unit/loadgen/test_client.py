@@ -233,6 +233,24 @@ def test_text_prompts_go_to_generate_as_text_and_the_server_counts_their_tokens(
     assert len(row["samples"]) == 2 and all(s["text"] == "t" * 16 for s in row["samples"])
 
 
+def test_every_prompt_of_a_text_cell_is_checked_once_with_its_id_then_more_spread_over_the_cell():
+    """The degenerate check reads one output of every distinct prompt under every config (so a loop of the model on
+    one prompt shows in the baseline too: reporting/degenerate.py), each sample naming its prompt; requests issued
+    past the planned count (a cell sized by time, after the warmup's items) keep the right id."""
+    words = ["alpha", "bravo", "charlie", "delta", "echo"]
+    prompts = [{"id": "p-" + w, "text": w + " x", "messages": [{"role": "user", "content": w + " x"}]} for w in words]
+    with FixtureServer(reply=lambda ws: (ws[0] + " ") * 8) as server:
+        row = cell(server, prompts=prompts, ignore_eos=False, sample_outputs=2, concurrency=1, num_prompts=3,
+                   output_len=12, min_seconds=0.3)
+    assert row["status"] == "ok" and row["completed"] > 6                  # past the planned 3: sized by time
+    samples = row["samples"]
+    assert sorted({s["prompt_id"] for s in samples}) == sorted(p["id"] for p in prompts)
+    assert len(samples) == len(prompts) + 2
+    for s in samples:                                                       # the id is the prompt that was sent
+        assert s["text"].startswith(s["prompt_id"][2:]), s
+    assert any(s["index"] >= 3 for s in samples)
+
+
 def test_chat_backend_sends_the_conversation_not_the_rendered_text():
     prompts = [{"text": "<|user|>hi<|assistant|>", "messages": [{"role": "user", "content": "hi there"}]}]
     with FixtureServer() as server:

@@ -54,3 +54,18 @@ def test_a_failed_last_repeat_is_the_row():
     row = repeats.combine([measured(100.0), {"status": "timeout", "error": "cell exceeded its bound"}], 0.1)
     assert row["status"] == "timeout" and row["error"] == "cell exceeded its bound"
     assert [r["status"] for r in row["repeats"]] == ["ok", "timeout"] and row["spread"]["output_throughput"] is None
+
+
+def test_every_flagged_prompt_of_every_repeat_is_kept():
+    """The report excuses a loop per prompt (reporting/degenerate.py): the repeats' flagged prompt ids all reach the
+    row, not only the three pieces of evidence kept."""
+    def deg(*pids):
+        return {"checked": 5, "flagged": len(pids), "flagged_prompts": list(pids),
+                "evidence": [{"prompt_id": p, "reason": "loop", "text": "x"} for p in pids]}
+    row = repeats.combine([measured(100.0, degenerate=deg("a", "b")), measured(101.0, degenerate=deg("c", "a")),
+                           measured(99.0, degenerate=deg())], 0.1)
+    assert row["degenerate"]["flagged"] == 4 and row["degenerate"]["checked"] == 15
+    assert row["degenerate"]["flagged_prompts"] == ["a", "b", "c", "a"]
+    assert len(row["degenerate"]["evidence"]) == 3
+    old = repeats.combine([measured(100.0), measured(101.0, degenerate=deg("a"))], 0.1)
+    assert "flagged_prompts" not in old["degenerate"]            # a repeat without ids: the report's cell rule

@@ -205,3 +205,29 @@ def test_degenerate_output_the_baseline_shares_is_the_models_not_the_configs(tmp
     assert list(dq) == ["dd"]
     assert "prompts/code C=8" in dq["dd"][0]["why"] and "C=1" not in dq["dd"][0]["why"]
     assert decide(r, ["h1"]).winner == "ng"
+
+
+def test_a_loop_on_the_prompt_the_baseline_loops_on_is_excused_at_any_concurrency(tmp_path):
+    # The H200 sweep (rehearsal h200-2026-12-04d): NGRAM's and DFLASH's outputs of chat-interview looped ("On Monday,
+    # Monday, ...") at C=1 and C=8, and both were disqualified: the baseline's sampled outputs never included that
+    # prompt. Every config now checks every prompt, each flag names its prompt: the baseline's loop on chat-interview
+    # (here seen at C=8 only) excuses the same prompt under any config at any C; a loop on another prompt does not.
+    def loops(*pids):
+        return {"checked": 10, "flagged": len(pids), "flagged_prompts": list(pids),
+                "evidence": [{"text": "On Monday, " * 12, "reason": "repetition loop", "prompt_id": p} for p in pids]}
+    rows = [cell("ar", CODE, 1, 100.0, degenerate=loops()), cell("ar", CODE, 8, 500.0, degenerate=loops("interview")),
+            cell("ng", CODE, 1, 150.0, degenerate=loops("interview")), cell("ng", CODE, 8, 700.0, degenerate=loops()),
+            cell("dd", CODE, 1, 200.0, degenerate=loops("interview", "plants")),
+            cell("dd", CODE, 8, 900.0, degenerate=loops("interview"))]
+    configs = [config_row("ar", baseline=True), config_row("ng"), config_row("dd")]
+    r = load_run(write_run(tmp_path / "r", rows, configs))
+    dq = disqualifications(r, "h1")
+    assert list(dq) == ["dd"]                               # under the (workload, C) rule ng was disqualified too
+    assert dq["dd"][0]["why"].startswith("degenerate output: 1 of 10 sampled outputs flagged in prompts/code C=1")
+    assert [e["prompt_id"] for e in dq["dd"][0]["evidence"]] == ["plants"]
+    assert decide(r, ["h1"]).winner == "ng"
+    text = render_report(r)
+    assert "| **ng** ★ | ok |" in text and "| dd | DISQUALIFIED |" in text
+    loops_table = text.split("The model's own loops")[1].split("\n\n##")[0]
+    assert "| prompts/code | `interview` | `dd`, `ng` |" in loops_table
+    assert "at prompts/code C=1 prompt `plants`:" in text
