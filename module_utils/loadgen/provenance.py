@@ -4,7 +4,7 @@
 collect() returns a flat dict put into every JSONL row:
   driver            nvidia-smi's driver_version (or "none: <why>"), through gpu/nvidia_smi.py (query_gpus)
   gpu               GPU names and count from the same query (or "none")
-  cuda              CUDA toolkit version from <cuda_home>/version.json (or "none: <why>")
+  cuda              CUDA toolkit version (gpu/cuda_toolkit.py: version.json, version.txt, else include/cuda.h)
   venv_*            the venv role's local fact /etc/ansible/facts.d/sglang_venv.fact when present:
                     venv_content_hash, sglang_version, patch_series_hash (and the fact's other keys, prefixed)
   model_revision    revision sha (and repo id) from the models role's <model dir>/.hf_model/manifest.json,
@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 
+from ansible.module_utils.gpu.cuda_toolkit import toolkit_version
 from ansible.module_utils.gpu.nvidia_smi import BINARY, NvidiaSmiError, NvidiaSmiParseError, query_gpus
 from ansible.module_utils.loadgen.server import service_argv
 
@@ -46,18 +47,15 @@ def nvidia_smi(run=subprocess.run, binary=BINARY):
 
 
 def cuda_version(cuda_home):
+    """The toolkit's version as the cuda role reads it (gpu/cuda_toolkit.py: version.json, else version.txt, else
+    include/cuda.h, the layout of the H200 image's /usr/local/cuda-13.0, which has no version file), or
+    "none: <why>"."""
     if not cuda_home:
         return "none: no cuda_home"
-    path = os.path.join(cuda_home, "version.json")
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as exc:
-        return "none: %s unreadable (%s)" % (path, exc.__class__.__name__)
-    cuda = data.get("cuda") if isinstance(data, dict) else None
-    if isinstance(cuda, dict) and cuda.get("version"):
-        return str(cuda["version"])
-    return "none: %s has no cuda.version" % path
+    version, source = toolkit_version(cuda_home)
+    if not version:
+        return "none: no version.json, version.txt or include/cuda.h with a version under %s" % cuda_home
+    return version if source.startswith("version.") else "%s (%s)" % (version, source)
 
 
 def venv_fact(fact_path):

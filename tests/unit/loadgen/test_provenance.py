@@ -52,6 +52,14 @@ def test_cuda_version(tmp_path):
     assert bp.cuda_version("") == "none: no cuda_home"
 
 
+def test_cuda_version_of_a_toolkit_without_a_version_file(tmp_path):
+    # the H200 image's /usr/local/cuda-13.0 has no version.json: the sweep's rows said "none: ... unreadable" for the
+    # toolkit the cuda role had just adopted (rehearsal h200-2026-12-04d); the role's own reader is used now
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda.h").write_text("#define CUDA_VERSION 13000\n")
+    assert bp.cuda_version(str(tmp_path)) == "13.0 (include/cuda.h)"
+
+
 def test_venv_fact(tmp_path):
     fact = tmp_path / "sglang_venv.fact"
     fact.write_text(json.dumps({"content_hash": "c0ffee", "sglang_version": "0.5.11", "patch_series_hash": "p4",
