@@ -2,7 +2,8 @@
 
 Speculative decoding is lossless under greedy decoding, so a loop the autoregressive baseline's output shows on the
 same prompt is the model's, not the config's: real SGLang's SmolLM2-135M loops on one chat prompt ("On Monday,
-Monday, ...", tests/fixtures/real_sglang/rehearsal/h200-2026-12-04d) under NONE, NGRAM and DFLASH alike. The bench
+Monday, ...") under NONE, NGRAM and DFLASH alike (tests/fixtures/real_sglang/0.5.11/bench; the playbooks' sweep on the
+H200, rehearsal/h200-2026-12-04d, disqualified NGRAM and DFLASH for it). The bench
 checks one output of every distinct prompt of a text cell under every config (loadgen/client.py _sampled_outputs),
 and each flagged output carries its prompt id (degenerate.flagged_prompts), so the baseline's own loops are known
 per (host, workload, prompt) and excuse the same prompt under another config at any concurrency (greedy loops come and
@@ -40,8 +41,9 @@ def model_loops(run, host=None):
 
 def counted(run, name, host=None, loops=None):
     """[{cell, flagged, checked, evidence, excused}] for the config's cells (matrix and soak) with a flagged output:
-    flagged = the outputs that count against it (0 when every one is the model's own loop), excused = the prompt ids
-    the baseline loops on too. The baseline's cells never count."""
+    flagged = the outputs that count against it (0 when every one is the model's own loop), excused = the
+    (host, workload, prompt id) keys the baseline loops on too ([] when the cell rule excused the cell). The
+    baseline's cells never count."""
     if name == baseline_of(run, host):
         return []
     prompts, cells = loops if loops is not None else model_loops(run, host)
@@ -52,18 +54,18 @@ def counted(run, name, host=None, loops=None):
             continue
         where = (c.get("host"), workload_of(c))
         pids = deg.get("flagged_prompts")
-        if (c.get("host"), workload_of(c), c.get("max_concurrency")) in cells and \
+        if where + (c.get("max_concurrency"),) in cells and \
                 not (isinstance(pids, list) and pids and all(p is not None for p in pids)):
-            out.append({"cell": c, "flagged": 0, "checked": deg.get("checked") or 0, "evidence": [],
-                        "excused": ["(the baseline was flagged in this cell)"]})
+            out.append({"cell": c, "flagged": 0, "checked": deg.get("checked") or 0, "evidence": [], "excused": []})
             continue
         if not isinstance(pids, list) or len(pids) != deg.get("flagged"):
             out.append({"cell": c, "flagged": deg.get("flagged") or 0, "checked": deg.get("checked") or 0,
                         "evidence": list(deg.get("evidence") or []), "excused": []})
             continue
-        excused = sorted({p for p in pids if p is not None and where + (p,) in prompts})
-        evidence = [e for e in deg.get("evidence") or [] if not isinstance(e, dict) or e.get("prompt_id") not in excused]
-        out.append({"cell": c, "flagged": sum(1 for p in pids if p is None or p not in excused),
+        excused = sorted({where + (p,) for p in pids if p is not None and where + (p,) in prompts}, key=str)
+        ids = {key[2] for key in excused}
+        evidence = [e for e in deg.get("evidence") or [] if not isinstance(e, dict) or e.get("prompt_id") not in ids]
+        out.append({"cell": c, "flagged": sum(1 for p in pids if p is None or p not in ids),
                     "checked": deg.get("checked") or 0, "evidence": evidence, "excused": excused})
     return out
 

@@ -146,16 +146,16 @@ def winner_section(run, host, decision):
 
 def model_loop_lines(run, host):
     """The prompts the baseline's own output loops on (reporting/degenerate.py): not counted against any config."""
-    prompts, _ = model_loops(run, host)
-    if not prompts:
+    loops = model_loops(run, host)
+    if not loops[0]:
         return []
     also = {}
     for name in config_names(run, host):
-        for item in counted(run, name, host):
-            for pid in item["excused"]:
-                also.setdefault(pid, set()).add(name)
-    rows = [[w, f"`{pid}`", ", ".join(f"`{n}`" for n in sorted(also.get(pid, ()))) or "–"]
-            for _, w, pid in sorted(prompts, key=lambda k: (str(k[0]), k[1], str(k[2])))]
+        for item in counted(run, name, host, loops):
+            for key in item["excused"]:
+                also.setdefault(key, set()).add(name)
+    rows = [[w, f"`{pid}`", ", ".join(f"`{n}`" for n in sorted(also.get((h, w, pid), ()))) or "–"]
+            for h, w, pid in sorted(loops[0], key=lambda k: (str(k[0]), k[1], str(k[2])))]
     return (["The model's own loops (the autoregressive baseline's greedy output of these prompts is flagged too; "
              "not counted against any config):", ""] + md_table(["workload", "prompt", "also flagged under"], rows)
             + [""])

@@ -363,7 +363,8 @@ def test_applying_the_proposal_reconfigures_and_a_bad_one_leaves_the_old_service
         "sglang_service_server_overrides": {"max_running_requests": 96},
         "sglang_service_env_overrides": {"LAB_HOST_OWN": "kept"}}))
     fragment = yaml.safe_load(proposal_path.read_text())["groups"]["nvlink"]["group_vars"]
-    assert fragment["sglang_service_server_overrides"] == {} and "LAB_HOST_OWN" not in fragment["sglang_service_env_overrides"]
+    assert fragment["sglang_service_server_overrides"] == {}
+    assert "LAB_HOST_OWN" not in fragment["sglang_service_env_overrides"]
     r = playbook("playbooks/apply_proposal.yml", limit=HOST, timeout=900, inventory=["inventory/lab", str(own)],
                  extravars={"proposal": str(proposal_path)})
     assert r.rc == 0, r.stdout[-6000:]
