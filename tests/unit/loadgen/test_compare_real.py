@@ -51,15 +51,16 @@ def test_machine_4_three_pairs_at_c32_and_the_gpu_idle_control():
 
 
 def test_bench_serving_left_the_gpu_idle_longer_in_every_recorded_pair():
-    """Machines 3, 4 and 5, nine pairs: the share of the load's span the GPU sat idle was larger under bench_serving's
-    one-process client than under the built-in one in each pair, so the two clients did not load the server alike."""
+    """Machines 3 to 6, nineteen pairs at C=1, 8 and 32: the share of the load's span the GPU sat idle was larger under
+    bench_serving's one-process client than under the built-in one in each pair, so the two clients did not load the
+    server alike."""
     pairs = []
-    for machine in ("machine-3", "machine-4", "machine-5"):
+    for machine in ("machine-3", "machine-4", "machine-5", "machine-6a", "machine-6b", "machine-6c"):
         cells = compare_table.cells_of(FIX / "compare-0.5.11-h200-ids" / machine)
         by = {(c["concurrency"], c["rep"], c["client"]): c["gpu_idle_share"] for c in cells}
         pairs += [(by[(conc, rep, "bench_serving")], by[(conc, rep, "builtin")])
                   for conc, rep, client in by if client == "builtin" and (conc, rep, "bench_serving") in by]
-    assert len(pairs) == 9 and all(bench > builtin for bench, builtin in pairs), pairs
+    assert len(pairs) == 19 and all(bench > builtin for bench, builtin in pairs), pairs
 
 
 def test_machine_5_an_8b_decode_step_brings_throughput_tpot_itl_within_5_percent_at_c32():
@@ -79,3 +80,41 @@ def test_machine_5_an_8b_decode_step_brings_throughput_tpot_itl_within_5_percent
     for c in c32:
         by[c["client"]].append(c["gpu_idle_share"])
     assert max(by["builtin"]) == 0 and min(by["bench_serving"]) > 0.03
+
+
+DUMMY8B = [FIX / "compare-0.5.11-h200-ids" / m for m in ("machine-5", "machine-6a", "machine-6b", "machine-6c")]
+
+
+def test_machines_5_and_6_every_cell_of_the_8b_comparison_ran_at_least_20_s():
+    cells = [c for d in DUMMY8B for c in compare_table.cells_of(d)]
+    assert sorted({c["concurrency"] for c in cells}) == [1, 8, 32]
+    assert min(c["duration"] for c in cells) >= 27 and all(c["connection"] == "per-request" for c in cells
+                                                             if c["client"] == "builtin")
+
+
+def test_pooled_pairs_put_throughput_tpot_itl_within_5_percent_at_every_concurrency_and_leave_ttft_unresolved():
+    """Machines 5 and 6 (Llama-3.1-8B's shape, dummy weights, --disable-radix-cache): 3 pairs at C=1 and 8, 7 at C=32.
+    Throughput, TPOT, ITL and mean E2E: the 95% interval of the paired ratio lies inside [0.95, 1.05] at C=1, 8 and 32.
+    TTFT: every interval holds 1 but is wider than 5% (the server's TTFT moved 18 -> 27 ms between pairs at C=1 under
+    both clients), so 5% is neither shown nor refuted by these pairs."""
+    pool = compare_table.pooled(DUMMY8B)
+    assert {conc: entry["pairs"] for conc, entry in pool.items()} == {1: 3, 8: 3, 32: 7}
+    for conc, entry in pool.items():
+        for key in ("output_throughput", "median_tpot_ms", "median_itl_ms", "mean_e2e_latency_ms"):
+            assert entry[key][3] == "within", (conc, key, entry[key])
+        for key in ("median_ttft_ms", "mean_ttft_ms"):
+            mid, low, high, verdict = entry[key]
+            assert verdict == "unresolved" and low < 1 < high, (conc, key, entry[key])
+    assert [round(pool[c]["median_ttft_ms"][0], 3) for c in (1, 8, 32)] == [0.973, 0.995, 1.005]
+    assert [round(v, 3) for v in pool[32]["output_throughput"][:3]] == [1.012, 0.991, 1.035]
+
+
+def test_the_pooled_verdict_calls_a_gap_outside_and_a_single_pair_unresolved(monkeypatch):
+    rows = [{"concurrency": 8, "rep": r, "client": c, "server_gen_tps": None,
+             **{k: (1.10 + 0.01 * r if c == "builtin" else 1.0) for k, _ in compare_table.METRICS}}
+            for r in range(3) for c in ("builtin", "bench_serving")]
+
+    monkeypatch.setattr(compare_table, "cells_of", lambda d: rows if d.name == "three" else rows[:2])
+    three, one = compare_table.pooled([Path("three")]), compare_table.pooled([Path("one")])
+    assert three[8]["output_throughput"][3] == "outside"
+    assert one[8]["output_throughput"][3] == "unresolved" and one[8]["pairs"] == 1
