@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import gpu_daemons
+from lab import gpu_daemons, zip_pyc
 from lab.error import LabError
-from lab.paths import CGROUP_PARENT, CGROUP_ROOTS
+from lab.paths import CACHE_DIR, CGROUP_PARENT, CGROUP_ROOTS
 from lab.system import pid_alive, run, unmount_under
 
 
@@ -48,8 +48,8 @@ def cgroup_pids(machine: str) -> set[int]:
 
 def prepare_host(name: str, index: int, state: dict, lower: Path, hostdir: Path, machine: str) -> HostState:
     """The host's root filesystem in hostdir: an overlay on `lower` with its own hostname, /etc/hosts (its peers
-    by name), host0 address, proxy settings, the lab's SSH key, freshly made host keys and the stub GPU daemons
-    (lab/gpu_daemons.py)."""
+    by name), host0 address, proxy settings, the lab's SSH key, freshly made host keys, the stub GPU daemons
+    (lab/gpu_daemons.py) and the zipimport code cache's hook (lab/zip_pyc.py)."""
     net = ipaddress.ip_network(state["subnet"])
     address = str(list(net.hosts())[9 + index])
     if hostdir.exists():
@@ -85,6 +85,7 @@ def prepare_host(name: str, index: int, state: dict, lower: Path, hostdir: Path,
     os.chmod(auth, 0o600)
     run(["ssh-keygen", "-q", "-A", "-f", str(rootdir)])
     gpu_daemons.install(rootdir)  # lab fixtures: stub nvidia-persistenced / nvidia-fabricmanager units
+    zip_pyc.install(rootdir)      # lab infrastructure: AnsiballZ imports compiled once, not per task
     return HostState(name=name, address=address, machine=machine, pid=0, rootdir=str(rootdir))
 
 
@@ -102,7 +103,9 @@ def boot(host: HostState, bridge: str, log_path: Path) -> int:
     proc = subprocess.Popen(
         ["systemd-nspawn", "--boot", "--register=no", "--keep-unit", f"--network-bridge={bridge}",
          f"--machine={host.machine}", f"--hostname={host.name}", "-D", host.rootdir, "--console=passive",
-         "--link-journal=no", "--resolv-conf=off", "--timezone=off"],
+         "--link-journal=no", "--resolv-conf=off", "--timezone=off",
+         # the compiled-code cache of AnsiballZ imports, shared by every lab host (lab/zip_pyc.py)
+         f"--bind={zip_pyc.host_dir(CACHE_DIR)}:{zip_pyc.GUEST_DIR}"],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=enter_cgroups,
         env={**os.environ, "SYSTEMD_NSPAWN_TMPFS_TMP": "0"})
     return proc.pid
